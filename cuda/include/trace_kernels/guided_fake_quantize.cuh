@@ -1,0 +1,149 @@
+// Guided fake quantization (TRACE, docs/numerics.md): trainer x [rows, D] + the rollout's guidance
+// (row scales, E4M3 block scales, and mantissa bits [rows, D/8] (compact) or codes [rows, D/2]
+// (full)) -> value(chosen code) * d in x's dtype, plus audit counters:
+//   counters[0] elements, [1] chosen code != round-to-nearest code (guidance changed the rounding),
+//   [2] chosen == rollout code, [3] round-to-nearest == rollout code (full guidance only).
+//
+// No row reduction: each thread takes KSLOTS half blocks strided by the grid's width, so
+// consecutive lanes read consecutive 16-byte vectors.
+#pragma once
+
+#include <stdint.h>
+
+#include "trace_kernels/nvfp4.cuh"
+#include "trace_kernels/status.cuh"
+#include "trace_kernels/vec.cuh"
+
+namespace trace_kernels {
+
+template <typename T_, int D_, int CTA_, int KSLOTS_>
+struct GuidedConfig {
+  using T = T_;
+  static constexpr int D = D_;
+  static constexpr int CTA = CTA_;
+  static constexpr int kSlots = KSLOTS_;  // half blocks per thread
+  static constexpr int kHalfBlocksPerRow = D / 8;
+  static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
+  static_assert(CTA % 32 == 0, "whole warps");
+};
+
+template <class Cfg>
+__device__ __forceinline__ void guided_fake_quantize_rows(
+    const typename Cfg::T* __restrict__ x,     // [rows, D]
+    const float* __restrict__ row_scales,      // [rows]
+    const uint8_t* __restrict__ block_scales,  // [rows, D/16] e4m3
+    const uint8_t* __restrict__ mantissa_bits, // [rows, D/8] (compact) or null
+    const uint8_t* __restrict__ rollout_codes, // [rows, D/2] (full) or null
+    typename Cfg::T* __restrict__ out,         // [rows, D]
+    unsigned long long* __restrict__ counters, // [4] or null
+    int rows, uint32_t* __restrict__ status) {
+  using T = typename Cfg::T;
+  const int64_t total = static_cast<int64_t>(rows) * Cfg::kHalfBlocksPerRow;  // half blocks
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * Cfg::CTA * Cfg::kSlots + threadIdx.x;
+  const bool full = rollout_codes != nullptr;
+
+  Vec8<T> v[Cfg::kSlots];
+  uint32_t guide[Cfg::kSlots];  // 8 mantissa bits or 8 rollout codes
+  float d[Cfg::kSlots];
+#pragma unroll
+  for (int k = 0; k < Cfg::kSlots; ++k) {  // issue every load before the first use
+    const int64_t g = first + static_cast<int64_t>(k) * Cfg::CTA;
+    if (g < total) {
+      const int64_t row = g / Cfg::kHalfBlocksPerRow;
+      v[k].load_stream(x + g * 8);
+      guide[k] = full ? __ldg(reinterpret_cast<const uint32_t*>(rollout_codes) + g) : __ldg(mantissa_bits + g);
+      const float b = nvfp4::e4m3_to_float(__ldg(block_scales + g / 2));
+      d[k] = b * __ldg(row_scales + row);
+    } else {
+      v[k].zero();
+      guide[k] = 0u;
+      d[k] = 0.f;
+    }
+  }
+
+  uint32_t n_elems = 0, n_changed = 0, n_guided_eq = 0, n_nearest_eq = 0;
+#pragma unroll
+  for (int k = 0; k < Cfg::kSlots; ++k) {
+    const int64_t g = first + static_cast<int64_t>(k) * Cfg::CTA;
+    if (g >= total) continue;
+    float f[8];
+    v[k].to_float(f);
+    float amax = fabsf(f[0]);
+#pragma unroll
+    for (int j = 1; j < 8; ++j) amax = nvfp4::fmax_nan(amax, fabsf(f[j]));
+    if (!nvfp4::is_finite(amax)) {
+      const int64_t row = g / Cfg::kHalfBlocksPerRow;
+      report_nonfinite(status, kStatusGuidedFakeQuantize, static_cast<uint64_t>(row),
+                       static_cast<uint32_t>(g % Cfg::kHalfBlocksPerRow) * 8, f);
+      continue;  // leave these 8 outputs unwritten; the status flag says why
+    }
+    n_elems += 8;
+    float y8[8];
+    if (d[k] == 0.f) {  // the rollout's codes are +0 (full guidance says so too) and so are ours
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        y8[j] = 0.f;
+        if (full) {
+          const bool zero = (guide[k] >> (4 * j) & 7u) == 0u;
+          n_guided_eq += zero;
+          n_nearest_eq += zero;
+        }
+      }
+    } else {
+      const nvfp4::Divisor div = nvfp4::make_divisor(d[k]);
+      bool fast = div.ok;  // one branch per half block, not per element
+#pragma unroll
+      for (int j = 0; j < 8; ++j) fast = fast && nvfp4::fast_divisible(f[j]);
+      float q[8];
+      if (fast) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = nvfp4::div_rn_fast(f[j], div);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = __fdiv_rn(f[j], div.d);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float y = q[j];
+        const bool neg = y < 0.f;
+        const nvfp4::GridPos p = nvfp4::grid_position(fminf(fabsf(y), nvfp4::kFp4Max));
+        uint32_t m;  // chosen magnitude index; its sign is y's
+        if (full) {
+          const uint32_t code = (guide[k] >> (4 * j)) & 0xFu;
+          const int rollout = nvfp4::signed_index(code);
+          // lower signed neighbour lo_k; take it iff the rollout's index is <= lo_k
+          const int lo_k = neg ? -static_cast<int>(p.lo) - 1 : static_cast<int>(p.lo);
+          const bool take_lower = rollout <= lo_k;
+          m = p.on_grid ? p.lo : (neg != take_lower ? p.lo : p.lo + 1u);
+          const int chosen = neg ? -static_cast<int>(m) : static_cast<int>(m);
+          const int nearest = neg ? -static_cast<int>(p.nearest) : static_cast<int>(p.nearest);
+          n_guided_eq += chosen == rollout;
+          n_nearest_eq += nearest == rollout;
+        } else {
+          const uint32_t bit = (guide[k] >> j) & 1u;
+          m = p.on_grid ? p.lo : p.lo + ((p.lo ^ bit) & 1u);
+        }
+        n_changed += m != p.nearest;  // same sign, so magnitudes decide
+        // value(m) * d with y's sign (a chosen zero is +0, as in the reference)
+        const uint32_t sign = (neg && m != 0u) ? 0x80000000u : 0u;
+        y8[j] = __uint_as_float(nvfp4::e2m1_value_bits(m) | sign) * d[k];
+      }
+    }
+    store8<T>(out + g * 8, y8);
+  }
+
+  if (counters != nullptr) {  // warp sums, then one 64-bit atomic per warp and counter
+    n_elems = __reduce_add_sync(0xffffffffu, n_elems);
+    n_changed = __reduce_add_sync(0xffffffffu, n_changed);
+    n_guided_eq = __reduce_add_sync(0xffffffffu, n_guided_eq);
+    n_nearest_eq = __reduce_add_sync(0xffffffffu, n_nearest_eq);
+    if (threadIdx.x % 32 == 0) {
+      if (n_elems) atomicAdd(counters + 0, static_cast<unsigned long long>(n_elems));
+      if (n_changed) atomicAdd(counters + 1, static_cast<unsigned long long>(n_changed));
+      if (n_guided_eq) atomicAdd(counters + 2, static_cast<unsigned long long>(n_guided_eq));
+      if (n_nearest_eq) atomicAdd(counters + 3, static_cast<unsigned long long>(n_nearest_eq));
+    }
+  }
+}
+
+}  // namespace trace_kernels

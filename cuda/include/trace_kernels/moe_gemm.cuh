@@ -1,0 +1,382 @@
+// NVFP4-weight MoE grouped GEMM for Hopper (sm_90a): swap-AB wgmma with in-register dequantization.
+//
+// Semantics (python/trace_kernels/moe_gemm_ref.py is the reference; docs/moe_gemm.md):
+//   y[m, n] = (sum_k a[src(m), k] * value(q_w[e, n, k]) * b_w[e, n, k/16]) * (s_w[e] * s_a[m])
+// for the sorted routed rows m of expert e, FP32 accumulation in a fixed k order (no split-K), so a
+// row's result never depends on the other rows or on the token-tile width.
+//
+// Structure of one CTA (NWG consumer warpgroups, every thread also issues cp.async loads):
+//   * one work item = (token tile of TN sorted rows of one expert, 64*NWG weight rows);
+//     blockIdx.x = weight tile, blockIdx.y = global token-tile index (scanned from offsets).
+//   * weights are the wgmma M side: each warpgroup reads its 64 rows' FP4 codes + E4M3 scales
+//     (fragment-ordered, moe_layout.py) from shared memory, dequantizes exactly to BF16 in
+//     registers (E2M1 x E4M3 is exact in BF16; one 16-wide scale block = one k16 step) and issues
+//     wgmma.m64nTNk16 with A from registers and B = the gathered activation rows (K-major,
+//     128B-swizzled) in shared memory; tokens are the wgmma N dimension.
+//   * a STAGES-deep cp.async ring over K chunks of 64.
+// Epilogues: Plain (bf16 [M, N]), SwigluQuant (gate/up rows interleaved by 8: a thread holds the
+// gate and up of the same intermediate index; bf16 SwiGLU h, then the last CTA of a token tile
+// quantizes whole rows of h to NVFP4 + guidance), RouterWeight (fp32 [M, N] times the router
+// weight; moe_combine_kernel sums the top-k slots in slot order).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cute/tensor.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+
+#include "trace_kernels/moe_nvfp4_row.cuh"
+
+namespace trace_kernels::moe {
+
+enum class Epilogue : int { Plain = 0, SwigluQuant = 1, RouterWeight = 2 };
+
+// Kernel parameters. Only 8-byte fields so that the host can pack it as an array of uint64
+// (python/trace_kernels/moe_gemm.py, _Params: keep the two in the same order).
+struct MoEGemmParams {
+  const __nv_bfloat16* a;      // [rows_a, K] activations (gathered through row_index)
+  const int32_t* row_index;    // [M] source row of each sorted row, or nullptr (identity)
+  const float* row_scale;      // [rows_a] activation row scale s_a (gathered like a), or nullptr (W4A16: 1)
+  const uint8_t* w_codes;      // [E, N/64, K/64, 2048] fragment-ordered FP4 codes
+  const uint8_t* w_scales;     // [E, N/64, K/64, 256] fragment-ordered E4M3 block scales
+  const float* w_scale;        // [E] per-expert tensor scale
+  const int32_t* offsets;      // [E+1] sorted rows of expert e: offsets[e]..offsets[e+1]
+  int64_t num_rows;            // M
+  __nv_bfloat16* out;          // Plain: [M, N] bf16; SwigluQuant: h [M, N/2] bf16
+  float* out_f32;              // RouterWeight: [M, N] fp32
+  const float* row_weight;     // RouterWeight: [M] router weight of each sorted row
+  uint8_t* q_codes;            // SwigluQuant: [M, N/4] packed codes of h
+  uint8_t* q_block_scales;     // SwigluQuant: [M, N/32] e4m3
+  float* q_scale;              // SwigluQuant: [M] row scale
+  __nv_bfloat16* q_dequant;    // SwigluQuant: [M, N/2] value(code) * block scale
+  uint8_t* q_mantissa_bits;    // SwigluQuant: [M, N/16] guidance bits
+  int32_t* tile_counters;      // SwigluQuant: [gridDim.y] zero on entry, left zero on exit
+  uint32_t* status;            // SwigluQuant: status word (status.cuh) for a non-finite SwiGLU row
+};
+
+namespace detail {
+
+constexpr int kChunkK = 64;          // K elements per pipeline stage (4 k16 steps, one SW128 row)
+constexpr int kCodeRecord = 2048;    // bytes of codes per (64-row tile, K chunk)
+constexpr int kScaleRecord = 256;    // bytes of block scales per (64-row tile, K chunk)
+
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
+  uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  int src_bytes = valid ? 16 : 0;  // 0: zero-fill (rows past the expert's end)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// cp.async writes through the generic proxy; wgmma reads shared memory through the async proxy.
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// SwiGLU's h only has to be this kernel's own deterministic BF16 value (its quantization is then
+// exact): fast exp and division keep the IEEE-division slow path (a call) out of the epilogue.
+__device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
+
+}  // namespace detail
+
+// Shared-memory plan of one CTA; the generator passes its own byte count and the kernel checks it.
+template <int TN, int NWG, int STAGES>
+struct MoESmem {
+  static constexpr int kBStage = TN * detail::kChunkK * 2;          // bf16 activation tile
+  static constexpr int kCodesStage = NWG * detail::kCodeRecord;
+  static constexpr int kScalesStage = NWG * detail::kScaleRecord;
+  static constexpr int kB = 0;                                       // 1024-aligned (SW128)
+  static constexpr int kCodes = kB + STAGES * kBStage;
+  static constexpr int kScales = kCodes + STAGES * kCodesStage;
+  static constexpr int kCodeLut = kScales + STAGES * kScalesStage;   // uint32 [256]: byte -> bf16x2 values
+  static constexpr int kScaleLut = kCodeLut + 256 * 4;               // uint32 [256]: e4m3 -> bf16x2 (dup)
+  static constexpr int kSrcRows = kScaleLut + 256 * 4;               // int32 [TN]
+  static constexpr int kTokenScale = kSrcRows + TN * 4;              // float [TN]: s_w[e] * s_a[src]
+  static constexpr int kTokenWeight = kTokenScale + TN * 4;          // float [TN]: router weight (RouterWeight)
+  static constexpr int kTileStart = kTokenWeight + TN * 4;           // int32 [E+1] (sized by the caller)
+  static constexpr int bytes(int num_experts) { return kTileStart + (num_experts + 1) * 4 + 16 + 1024; }
+};
+
+// PROXY_FENCE: fence.proxy.async after each stage lands, ordering the cp.async (generic proxy) writes
+// of the activation tile before wgmma's (async proxy) reads, as the PTX memory model asks. It
+// compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S; whether that MEMBAR also waits for the ring's
+// later, still-flying cp.asyncs (draining the prefetch every iteration) is being measured. CUTLASS's
+// cp.async + GMMA mainloops issue no such fence. false is an experiment until tested on the GPU.
+// OVERLAP: see the main loop; an experiment until tested on the GPU.
+template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
+          bool OVERLAP = false>
+__device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
+  using namespace cute;
+  using Smem = MoESmem<TN, NWG, STAGES>;
+  constexpr int kThreads = NWG * 128;
+  constexpr int kBlockRows = 64 * NWG;     // weight rows per CTA
+  constexpr int kRowTiles = N / 64;        // 64-row tiles per expert
+  constexpr int kChunks = K / detail::kChunkK;
+  static_assert(N % kBlockRows == 0 && K % detail::kChunkK == 0, "N % (64*NWG) and K % 64 must be 0");
+  static_assert(TN % 8 == 0 && TN >= 8 && TN <= 256, "wgmma N is 8..256 in steps of 8");
+  static_assert(STAGES >= 2, "need at least a double buffer");
+  static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
+  static_assert(EPI != Epilogue::SwigluQuant || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
+
+  extern __shared__ uint8_t smem_raw[];
+  // Round up to 1024 B (SW128 atoms) by offsetting smem_raw itself, so the compiler still knows every
+  // derived pointer is shared memory (LDS, not generic LD); the shared window keeps low address bits.
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint8_t* smem = smem_raw + ((1024u - (smem_base & 1023u)) & 1023u);
+  uint32_t* code_lut = reinterpret_cast<uint32_t*>(smem + Smem::kCodeLut);
+  uint32_t* scale_lut = reinterpret_cast<uint32_t*>(smem + Smem::kScaleLut);
+  int32_t* src_rows = reinterpret_cast<int32_t*>(smem + Smem::kSrcRows);
+  float* token_scale = reinterpret_cast<float*>(smem + Smem::kTokenScale);
+  float* token_weight = reinterpret_cast<float*>(smem + Smem::kTokenWeight);
+  int32_t* tile_start = reinterpret_cast<int32_t*>(smem + Smem::kTileStart);  // [E+1]
+  int32_t* item = tile_start + E + 1;                                         // expert, last flag
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int wt = blockIdx.x;         // weight tile
+  const int y_tile = blockIdx.y;     // global token tile
+
+  // ---- lookup tables: FP4 byte -> two BF16 values; E4M3 byte -> its BF16 value twice ----
+  for (int i = tid; i < 256; i += kThreads) {
+    const float lo = nvfp4::code_value(i & 0xf), hi = nvfp4::code_value(i >> 4);
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    code_lut[i] = *reinterpret_cast<uint32_t*>(&v);
+    const float sf = nvfp4::e4m3_to_float(static_cast<uint8_t>(i));
+    __nv_bfloat162 sv = __floats2bfloat162_rn(sf, sf);  // exact: 3 mantissa bits fit BF16
+    scale_lut[i] = *reinterpret_cast<uint32_t*>(&sv);
+  }
+
+  // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
+  if (tid < 32) {
+    constexpr int kPer = (E + 31) / 32;
+    int local[kPer];
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      int e = tid * kPer + i;
+      int tiles = 0;
+      if (e < E) tiles = (p.offsets[e + 1] - p.offsets[e] + TN - 1) / TN;
+      local[i] = sum;
+      sum += tiles;
+    }
+    int incl = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (tid >= d) incl += v;
+    }
+    int base = incl - sum;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      int e = tid * kPer + i;
+      if (e < E) tile_start[e] = base + local[i];
+    }
+    if (tid == 31) tile_start[E] = incl;
+  }
+  __syncthreads();
+  if (y_tile >= tile_start[E]) return;  // the grid is an upper bound (ceil(M/TN) + E)
+  for (int e = tid; e < E; e += kThreads)
+    if (tile_start[e] <= y_tile && y_tile < tile_start[e + 1]) item[0] = e;
+  __syncthreads();
+  const int expert = item[0];
+  const int row0 = p.offsets[expert] + (y_tile - tile_start[expert]) * TN;
+  const int rows_valid = min(TN, p.offsets[expert + 1] - row0);
+  {
+    const float s_w = p.w_scale[expert];
+    for (int n = tid; n < TN; n += kThreads) {
+      int src = -1;
+      float scale = 0.0f, weight = 0.0f;
+      if (n < rows_valid) {
+        src = p.row_index ? p.row_index[row0 + n] : row0 + n;
+        scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
+        if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
+      }
+      src_rows[n] = src;
+      token_scale[n] = scale;
+      token_weight[n] = weight;
+    }
+  }
+  __syncthreads();
+
+  // ---- wgmma: 64 x TN x 16, A (weights) from registers, B (tokens) K-major SW128 in smem ----
+  using MmaOp = decltype(SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<TN>, _16>>());
+  TiledMMA tiled_mma = make_tiled_mma(MmaOp{});
+  auto thr_mma = tiled_mma.get_thread_slice(tid % 128);
+  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
+                                             make_shape(Int<TN>{}, Int<detail::kChunkK>{}, Int<STAGES>{})));
+  using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
+                                             make_shape(_64{}, Int<detail::kChunkK>{})));
+  bfloat16_t* smem_b = reinterpret_cast<bfloat16_t*>(smem + Smem::kB);
+  Tensor sB = make_tensor(make_smem_ptr(smem_b), SmemLayoutB{});               // (TN, 64, STAGES)
+  Tensor sA_shape = make_tensor(make_smem_ptr(smem_b), SmemLayoutA{});         // (64, 64): shape only
+  Tensor tCsB = thr_mma.partition_B(sB);                                       // (MMA, 1, 4, STAGES)
+  Tensor tCrB = thr_mma.make_fragment_B(tCsB);                                 // descriptors
+  Tensor tCrA = thr_mma.partition_fragment_A(sA_shape);                        // (MMA, 1, 4) bf16 regs
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<_64, Int<TN>>{});       // ((2,2,TN/8), 1, 1)
+  static_assert(size<2>(tCrA) == 4 && size(accum) == TN / 2, "unexpected wgmma fragment shapes");
+  clear(accum);
+
+  const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG) * kChunks;  // (tile, chunk 0)
+
+  auto load_stage = [&](int chunk, int stage) {
+    // gathered activation rows: TN rows x 8 chunks of 16 B. Same address as &sB(n, 8c, stage): the
+    // 128B swizzle XORs the 16 B chunk index with the row index within each 1024 B atom (the base is
+    // 1024-aligned; tests/test_moe_gemm_codegen.py checks this formula against CuTe's layout).
+    for (int i = tid; i < TN * 8; i += kThreads) {
+      const int n = i >> 3, c = i & 7;
+      const int src = src_rows[n];
+      const __nv_bfloat16* g = p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + chunk * detail::kChunkK + c * 8);
+      detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
+    }
+    // codes: one 16 B piece per thread (NWG * 128 pieces)
+    {
+      const size_t rec = record + static_cast<size_t>(wg) * kChunks + chunk;
+      detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16,
+                  p.w_codes + rec * detail::kCodeRecord + (tid % 128) * 16, true);
+    }
+    if (tid < NWG * 16) {
+      const int w = tid / 16;
+      const size_t rec = record + static_cast<size_t>(w) * kChunks + chunk;
+      detail::cp_async_16(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
+                  p.w_scales + rec * detail::kScaleRecord + (tid % 16) * 16, true);
+    }
+  };
+
+  // ---- main loop: STAGES-deep cp.async ring over K chunks ----
+  // OVERLAP = false: wgmma.wait 0 after each chunk, prefetch distance STAGES-1.
+  // OVERLAP = true: the chunk's wgmmas stay in flight while the next chunk is dequantized into the
+  // other A register buffer (wait 1); a stage is then refilled only two chunks after it was read, so
+  // the prefetch distance is STAGES-2.
+  constexpr int kAhead = OVERLAP ? STAGES - 2 : STAGES - 1;
+  static_assert(kAhead >= 1, "OVERLAP needs STAGES >= 3");
+  static_assert(!OVERLAP || kChunks % 2 == 0, "OVERLAP alternates two A buffers: K % 128 == 0");
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < kChunks) load_stage(s, s);
+    detail::cp_async_commit();
+  }
+  const int lane = tid % 32, warp_in_wg = (tid % 128) / 32;
+  const int g = lane / 4;
+  Tensor tCrA_next = make_fragment_like(tCrA);  // second A buffer (OVERLAP only; dead code otherwise)
+
+  auto mainloop_step = [&](const int chunk, auto& frag_a) {
+    const int stage = chunk % STAGES;
+    detail::cp_async_wait<kAhead - 1>();
+    if constexpr (PROXY_FENCE) detail::fence_proxy_async_shared();
+    // stage `chunk` landed for every thread; every warpgroup is done with the stage refilled below
+    __syncthreads();
+    {
+      const int next = chunk + kAhead;
+      if (next < kChunks) load_stage(next, next % STAGES);
+      detail::cp_async_commit();
+    }
+    const uint4 codes = *reinterpret_cast<const uint4*>(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16);
+    const uint2 scales = *reinterpret_cast<const uint2*>(smem + Smem::kScales + stage * Smem::kScalesStage +
+                                                         wg * detail::kScaleRecord + (warp_in_wg * 8 + g) * 8);
+    const uint32_t code_words[4] = {codes.x, codes.y, codes.z, codes.w};
+    auto a_u32 = recast<uint32_t>(frag_a);  // (4 regs, 1, 4)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t sw = (j < 2 ? scales.x : scales.y) >> (16 * (j & 1));  // [row r, row r+8] bytes
+      const uint32_t s_r = scale_lut[sw & 0xff], s_r8 = scale_lut[(sw >> 8) & 0xff];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
+        const uint32_t v = code_lut[(code_words[j] >> (8 * b)) & 0xff];
+        __nv_bfloat162 prod = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v),
+                                      *reinterpret_cast<const __nv_bfloat162*>((b & 1) ? &s_r8 : &s_r));
+        a_u32(b, 0, j) = *reinterpret_cast<uint32_t*>(&prod);
+      }
+    }
+    warpgroup_fence_operand(accum);
+    warpgroup_arrive();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) cute::gemm(tiled_mma, frag_a(_, _, j), tCrB(_, _, j, stage), accum);
+    warpgroup_commit_batch();
+    warpgroup_wait<OVERLAP ? 1 : 0>();
+    warpgroup_fence_operand(accum);
+  };
+  if constexpr (OVERLAP) {
+    for (int chunk = 0; chunk < kChunks; chunk += 2) {
+      mainloop_step(chunk, tCrA);
+      mainloop_step(chunk + 1, tCrA_next);
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(accum);
+  } else {
+    for (int chunk = 0; chunk < kChunks; ++chunk) mainloop_step(chunk, tCrA);
+  }
+  detail::cp_async_wait<0>();
+
+  // ---- epilogue: accum(v0 + 2*v1 + 4*v2) is (weight row 16*warp + g + 8*v1, token 2*q + v0 + 8*v2) ----
+  const int q = lane % 4;
+  const int wrow = wt * kBlockRows + wg * 64 + warp_in_wg * 16 + g;  // v1 adds 8
+#pragma unroll
+  for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+    for (int v0 = 0; v0 < 2; ++v0) {
+      const int n = 2 * q + v0 + 8 * v2;
+      if (n >= rows_valid) continue;
+      const int m = row0 + n;
+      const float scale = token_scale[n];
+      const float y0 = accum(v0 + 4 * v2) * scale;      // row wrow
+      const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row wrow + 8
+      if constexpr (EPI == Epilogue::Plain) {
+        p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
+        p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
+      } else if constexpr (EPI == Epilogue::RouterWeight) {
+        const float rw = token_weight[n];
+        p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
+        p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
+      } else {
+        // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
+        const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
+        p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
+      }
+    }
+  }
+
+  if constexpr (EPI == Epilogue::SwigluQuant) {
+    // The last CTA to finish this token tile quantizes its complete rows of h (order-independent).
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int done = atomicAdd(&p.tile_counters[y_tile], 1);
+      item[1] = (done == N / kBlockRows - 1);
+    }
+    __syncthreads();
+    if (!item[1]) return;
+    __threadfence();
+    if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
+    for (int n = tid / 32; n < rows_valid; n += kThreads / 32)
+      quantize_row_nvfp4<N / 2>(p.out + static_cast<size_t>(row0 + n) * (N / 2), row0 + n, lane,
+                                p.q_codes, p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+  }
+}
+
+// out[t, :] = bf16(sum_{j < TOPK} ys[slot_rows[t, j], :]) summed in slot order; one CTA per token.
+template <int H, int TOPK>
+__device__ __forceinline__ void moe_combine_device(const float* __restrict__ ys, const int32_t* __restrict__ slot_rows,
+                                                   __nv_bfloat16* __restrict__ out, int64_t num_tokens) {
+  static_assert(H % 4 == 0, "H % 4 == 0");
+  const int64_t t = blockIdx.x;
+  if (t >= num_tokens) return;
+  int32_t rows[TOPK];
+#pragma unroll
+  for (int j = 0; j < TOPK; ++j) rows[j] = slot_rows[t * TOPK + j];
+  for (int c = threadIdx.x; c < H / 4; c += blockDim.x) {
+    float4 acc = reinterpret_cast<const float4*>(ys + static_cast<size_t>(rows[0]) * H)[c];
+#pragma unroll
+    for (int j = 1; j < TOPK; ++j) {
+      const float4 v = reinterpret_cast<const float4*>(ys + static_cast<size_t>(rows[j]) * H)[c];
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
+    uint2 packed = {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
+    reinterpret_cast<uint2*>(out + static_cast<size_t>(t) * H)[c] = packed;
+  }
+}
+
+}  // namespace trace_kernels::moe

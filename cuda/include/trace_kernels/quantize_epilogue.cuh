@@ -1,0 +1,194 @@
+// The guidance-emitting quantize epilogue: one half block (8 elements, FP32 or packed BF16/FP16)
+// -> NVFP4 codes, their mantissa bits (compact TRACE guidance) and the BF16 "code x block scale"
+// operand, given the block's step (nvfp4::block_step).
+//
+// quantize and refit_weights call it; any later kernel that writes NVFP4 (an MoE epilogue, KV
+// append) can call the same device functions to round exactly like trace_kernels.nvfp4.quantize.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "trace_kernels/nvfp4.cuh"
+#include "trace_kernels/vec.cuh"
+
+namespace trace_kernels {
+
+struct HalfBlockOut {
+  uint32_t codes;  // 8 nibbles, element j in bits 4j..4j+3 (little endian: 2i low, 2i+1 high)
+};
+
+// 0xFFFFFFFF if a >= b else 0 (FSET): sums of these masks count thresholds without branches.
+__device__ __forceinline__ uint32_t ge_mask(float a, float b) {
+  uint32_t r;
+  asm("set.ge.u32.f32 %0, %1, %2;" : "=r"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// Rounding x / d to E2M1 without dividing. RN(|x| / d) >= t  <=>  |x| >= X_t for one FP32 X_t per
+// threshold, computed exactly once per block with directed-rounding FMAs:
+//   ties go up  (t = .75, 1.75, 3.5):  RN(q) >= t <=> q >= t - h  <=> |x| >= RU((t - h) d)
+//   ties stay   (t = .25, 1.25, 2.5, 5): RN(q) > t <=> q > t + h  <=> |x| >= succ(RD((t + h) d))
+// with h half an ulp of t (t's significand is even, so the tie at t -+ h resolves to t). h*d is a
+// power-of-two scaling, exact for d in [2^-100, 2^120]; other d take the division path.
+struct E2M1Thresholds {
+  float x[7];  // |x| >= x[i]  <=>  magnitude index > i
+  bool exact;  // false: d outside the range where the thresholds are exact
+};
+
+__device__ __forceinline__ float succ_positive(float v) { return __uint_as_float(__float_as_uint(v) + 1u); }
+
+__device__ __forceinline__ E2M1Thresholds e2m1_thresholds(float d) {
+  E2M1Thresholds t;
+  t.exact = d >= 0x1p-100f && d <= 0x1p120f;
+  t.x[0] = succ_positive(__fmaf_rd(0.25f, d, d * 0x1p-26f));
+  t.x[1] = __fmaf_ru(0.75f, d, -(d * 0x1p-25f));
+  t.x[2] = succ_positive(__fmaf_rd(1.25f, d, d * 0x1p-24f));
+  t.x[3] = __fmaf_ru(1.75f, d, -(d * 0x1p-24f));
+  t.x[4] = succ_positive(__fmaf_rd(2.5f, d, d * 0x1p-23f));
+  t.x[5] = __fmaf_ru(3.5f, d, -(d * 0x1p-23f));
+  t.x[6] = succ_positive(__fmaf_rd(5.f, d, d * 0x1p-22f));
+  return t;
+}
+
+// x: the half block; step: its block's quantization step (block_step()).
+__device__ __forceinline__ HalfBlockOut quantize_half_block(const float (&x)[8], const nvfp4::BlockStep& step) {
+  HalfBlockOut out{0u};
+  if (step.d == 0.f) return out;  // s == 0 or d == 0: codes +0
+  const E2M1Thresholds t = e2m1_thresholds(step.d);
+  if (t.exact) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float a = fabsf(x[j]);
+      const uint32_t neg_m = ge_mask(a, t.x[0]) + ge_mask(a, t.x[1]) + ge_mask(a, t.x[2]) + ge_mask(a, t.x[3]) +
+                             ge_mask(a, t.x[4]) + ge_mask(a, t.x[5]) + ge_mask(a, t.x[6]);
+      // sign bit 3 only for a nonzero magnitude (ge_mask(a, t.x[0]) is all ones exactly then)
+      const uint32_t sign = (__float_as_uint(x[j]) >> 28) & ge_mask(a, t.x[0]) & 8u;
+      out.codes |= ((0u - neg_m) | sign) << (4 * j);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out.codes |= nvfp4::e2m1_code(__fdiv_rn(x[j], step.d)) << (4 * j);
+  }
+  return out;
+}
+
+// The 8 mantissa bits (bit 0 of each nibble) of packed codes, element j in bit j.
+__device__ __forceinline__ uint32_t mantissa_bits_of(uint32_t codes) {
+  uint32_t v = codes & 0x11111111u;     // bit 4j
+  v = (v | (v >> 3)) & 0x03030303u;     // bits 8i, 8i+1
+  v = (v | (v >> 6)) & 0x000F000Fu;     // bits 16i .. 16i+3
+  return (v | (v >> 12)) & 0xFFu;
+}
+
+// value(code) * float(b) for 8 codes, exact in BF16 (2-bit x 4-bit significands), as one uint4.
+__device__ __forceinline__ uint4 dequant_half_block_bf16(uint32_t codes, float block_scale) {
+  uint4 out;
+  uint32_t* w = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float lo = nvfp4::code_value((codes >> (8 * i)) & 0xFu) * block_scale;
+    const float hi = nvfp4::code_value((codes >> (8 * i + 4)) & 0xFu) * block_scale;
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return out;
+}
+
+// Half-block amax of |x|, NaN-propagating.
+__device__ __forceinline__ float half_block_amax(const float (&x)[8]) {
+  float a = fabsf(x[0]);
+#pragma unroll
+  for (int j = 1; j < 8; ++j) a = nvfp4::fmax_nan(a, fabsf(x[j]));
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packed path for 16-bit inputs: a bf16/fp16 x satisfies x >= X exactly when x >= RU16(X) (the
+// smallest 16-bit value >= X), so the thresholds become 16-bit pairs and two elements are
+// classified per instruction (HSET2) by a 3-level binary search over the 7 thresholds.
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+struct Pair16;
+
+template <>
+struct Pair16<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t round_up_pair(float x) {
+    const __nv_bfloat16 b = __float2bfloat16_ru(x);
+    return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&b)) * 0x00010001u;
+  }
+  static __device__ __forceinline__ uint32_t ge(uint32_t a, uint32_t b) {
+    return __hge2_mask(Vec8<__nv_bfloat16>::as_pair(a), Vec8<__nv_bfloat16>::as_pair(b));
+  }
+};
+
+template <>
+struct Pair16<__half> {
+  static __device__ __forceinline__ uint32_t round_up_pair(float x) {
+    const __half h = __float2half_ru(x);
+    return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&h)) * 0x00010001u;
+  }
+  static __device__ __forceinline__ uint32_t ge(uint32_t a, uint32_t b) {
+    return __hge2_mask(Vec8<__half>::as_pair(a), Vec8<__half>::as_pair(b));
+  }
+};
+
+__device__ __forceinline__ uint32_t select_bits(uint32_t mask, uint32_t a, uint32_t b) { return (mask & a) | (~mask & b); }
+
+// One 32-bit word of two 16-bit elements -> their two code nibbles (bits 0..7) and, when dq is
+// wanted, value(code) as a BF16 pair (before the block scale).
+template <typename T>
+__device__ __forceinline__ uint32_t classify_pair(uint32_t w, const uint32_t (&b)[7], bool want_value,
+                                                  uint32_t& value_pair) {
+  const uint32_t a = w & 0x7fff7fffu;
+  const uint32_t k2 = Pair16<T>::ge(a, b[3]);                                                // m >= 4
+  const uint32_t k1 = Pair16<T>::ge(a, select_bits(k2, b[5], b[1]));                         // m >= 6 | 2
+  const uint32_t k0 = Pair16<T>::ge(a, select_bits(k2, select_bits(k1, b[6], b[4]), select_bits(k1, b[2], b[0])));
+  const uint32_t nonzero = Pair16<T>::ge(a, b[0]);                                          // m >= 1
+  const uint32_t m = (k2 & 0x00040004u) | (k1 & 0x00020002u) | (k0 & 0x00010001u);           // per half
+  const uint32_t sign = w & nonzero & 0x80008000u;  // +0 for a zero magnitude
+  if (want_value) {  // BF16 bits of value(m): (m + 252) << 6 for m >= 2, 0.5 for m = 1
+    const uint32_t at_least_two = k2 | k1;
+    value_pair = (at_least_two & ((m + 0x00FC00FCu) << 6)) | (nonzero & ~at_least_two & 0x3F003F00u) | sign;
+  }
+  const uint32_t c = m | (sign >> 12);
+  return (c | (c >> 12)) & 0xFFu;
+}
+
+// Codes (and optionally the BF16 "code x block scale" operand) of one Vec8 half block.
+template <typename T>
+__device__ __forceinline__ uint32_t quantize_vec8(const Vec8<T>& v, const nvfp4::BlockStep& step, bool want_dq,
+                                                  uint4& dq) {
+  if constexpr (sizeof(T) == 2) {
+    if (step.d != 0.f) {
+      const E2M1Thresholds t = e2m1_thresholds(step.d);
+      if (t.exact) {
+        uint32_t b[7];
+#pragma unroll
+        for (int i = 0; i < 7; ++i) b[i] = Pair16<T>::round_up_pair(t.x[i]);
+        const uint32_t w[4] = {v.raw.x, v.raw.y, v.raw.z, v.raw.w};
+        uint32_t codes = 0;
+        uint32_t values[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) codes |= classify_pair<T>(w[i], b, want_dq, values[i]) << (8 * i);
+        if (want_dq) {  // value * b is exact in BF16, so the packed multiply's rounding never acts
+          const __nv_bfloat162 scale = __float2bfloat162_rn(step.scale);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const __nv_bfloat162 p = __hmul2(Vec8<__nv_bfloat16>::as_pair(values[i]), scale);
+            values[i] = *reinterpret_cast<const uint32_t*>(&p);
+          }
+          dq = make_uint4(values[0], values[1], values[2], values[3]);
+        }
+        return codes;
+      }
+    }
+  }
+  float f[8];
+  v.to_float(f);
+  const uint32_t codes = quantize_half_block(f, step).codes;
+  if (want_dq) dq = dequant_half_block_bf16(codes, step.scale);
+  return codes;
+}
+
+}  // namespace trace_kernels

@@ -1,0 +1,142 @@
+// 16-byte vector loads/stores of 8 elements ("a half block") as FP32, for bf16 / fp16 / fp32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace trace_kernels {
+
+template <typename T>
+struct Vec8;  // 8 contiguous elements of T, loaded with 16-byte accesses
+
+// NaN-propagating max of |x| over 8 elements (16-bit types: packed, no FP32 conversion).
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t u16) { return __uint_as_float(u16 << 16); }
+
+template <>
+struct Vec8<__nv_bfloat16> {
+  uint4 raw;  // 8 x bf16
+  __device__ __forceinline__ void load(const __nv_bfloat16* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void load_stream(const __nv_bfloat16* p) {
+    raw = __ldcs(reinterpret_cast<const uint4*>(p));
+  }
+  __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ float abs_max() const {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    __nv_bfloat162 m = as_pair(w[0] & 0x7fff7fffu);
+#pragma unroll
+    for (int i = 1; i < 4; ++i) m = __hmax2_nan(m, as_pair(w[i] & 0x7fff7fffu));
+    const float lo = __low2float(m), hi = __high2float(m);
+    return lo != lo ? lo : (hi != hi ? hi : fmaxf(lo, hi));
+  }
+  static __device__ __forceinline__ __nv_bfloat162 as_pair(uint32_t u) {
+    __nv_bfloat162 p;
+    *reinterpret_cast<uint32_t*>(&p) = u;
+    return p;
+  }
+  __device__ __forceinline__ void to_float(float (&f)[8]) const {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // bf16 -> fp32 is a 16-bit shift: exact
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  }
+};
+
+template <>
+struct Vec8<__half> {
+  uint4 raw;
+  __device__ __forceinline__ void load(const __half* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void load_stream(const __half* p) { raw = __ldcs(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
+  static __device__ __forceinline__ __half2 as_pair(uint32_t u) {
+    __half2 p;
+    *reinterpret_cast<uint32_t*>(&p) = u;
+    return p;
+  }
+  __device__ __forceinline__ float abs_max() const {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    __half2 m = as_pair(w[0] & 0x7fff7fffu);
+#pragma unroll
+    for (int i = 1; i < 4; ++i) m = __hmax2_nan(m, as_pair(w[i] & 0x7fff7fffu));
+    const float lo = __low2float(m), hi = __high2float(m);
+    return lo != lo ? lo : (hi != hi ? hi : fmaxf(lo, hi));
+  }
+  __device__ __forceinline__ void to_float(float (&f)[8]) const {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __half2 h;
+      *reinterpret_cast<uint32_t*>(&h) = w[i];
+      const float2 v = __half22float2(h);
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+};
+
+template <>
+struct Vec8<float> {
+  float4 lo, hi;
+  __device__ __forceinline__ void load(const float* p) {
+    lo = __ldg(reinterpret_cast<const float4*>(p));
+    hi = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  }
+  __device__ __forceinline__ void load_stream(const float* p) {
+    lo = __ldcs(reinterpret_cast<const float4*>(p));
+    hi = __ldcs(reinterpret_cast<const float4*>(p) + 1);
+  }
+  __device__ __forceinline__ void zero() { lo = hi = make_float4(0.f, 0.f, 0.f, 0.f); }
+  __device__ __forceinline__ float abs_max() const {
+    float f[8];
+    to_float(f);
+    float a = fabsf(f[0]);
+#pragma unroll
+    for (int j = 1; j < 8; ++j) {
+      const float b = fabsf(f[j]);
+      a = a != a ? a : (b != b ? b : fmaxf(a, b));  // NaN wins
+    }
+    return a;
+  }
+  __device__ __forceinline__ void to_float(float (&f)[8]) const {
+    f[0] = lo.x; f[1] = lo.y; f[2] = lo.z; f[3] = lo.w;
+    f[4] = hi.x; f[5] = hi.y; f[6] = hi.z; f[7] = hi.w;
+  }
+};
+
+// FP32 -> T with round to nearest even, 8 elements, one 16-byte store (two for fp32).
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float (&f)[8]);
+
+template <>
+__device__ __forceinline__ void store8<__nv_bfloat16>(__nv_bfloat16* p, const float (&f)[8]) {
+  uint4 out;
+  uint32_t* w = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  *reinterpret_cast<uint4*>(p) = out;
+}
+
+template <>
+__device__ __forceinline__ void store8<__half>(__half* p, const float (&f)[8]) {
+  uint4 out;
+  uint32_t* w = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2 h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  *reinterpret_cast<uint4*>(p) = out;
+}
+
+template <>
+__device__ __forceinline__ void store8<float>(float* p, const float (&f)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+}  // namespace trace_kernels

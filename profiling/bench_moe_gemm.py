@@ -1,0 +1,221 @@
+"""Benchmark the NVFP4 MoE grouped GEMMs against BF16 torch._grouped_mm and the copy roofline.
+
+    python profiling/bench_moe_gemm.py --shapes qwen3-30b-a3b,qwen3-235b-a22b \
+        --tokens 1,8,32,64,128,256,1024,4096,16384 --out profiling/results/moe_gemm_h200.json
+
+One run, same random routing (top-k, uniform) for every contender, fresh random inputs (never
+zeros); CUDA events around each launch sequence, L2 flushed (256 MB write) before every repetition,
+median of --reps. `*_ms` time CUDA-graph replays of the launch sequence (GPU time); `*_eager_ms`
+time plain Python launches (includes host launch overhead). Contenders per (shape, T):
+  nvfp4      moe_gate_up (fused SwiGLU + NVFP4 quantize + guidance) + moe_down (router weight +
+             ordered combine), the kernels of this repo, validate=False (no host syncs)
+  nvfp4_plain_gate_up  the gate_up GEMM with the plain bf16 epilogue (fused-epilogue cost)
+  bf16_grouped_mm      torch._grouped_mm gate_up + down on the same sorted rows (BF16 weights)
+  roofline   bytes the NVFP4 path must move / copy bandwidth measured in the same run
+Bytes counted for the roofline: NVFP4 weights (codes + E4M3 scales) of the experts that received
+rows, the BF16 tokens, the fused epilogue's outputs (bf16 h, codes, block scales, row scales, bf16
+operand, guidance bits), the down GEMM's bf16 operand read and the bf16 [T, H] output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import torch
+
+from trace_kernels import moe_gemm as ops
+from trace_kernels import shapes
+from trace_kernels.moe_layout import CODE_RECORD_BYTES, SCALE_RECORD_BYTES, MoEWeights
+from trace_kernels.moe_routing import route
+from trace_kernels.moe_testing import random_topk
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def random_packed_weights(e: int, n: int, k: int, gen: torch.Generator) -> MoEWeights:
+    """Random NVFP4 bytes (speed does not depend on values; never all-zero): codes uniform, scales 1..448."""
+    codes = torch.randint(0, 256, (e, n // 64, k // 64, CODE_RECORD_BYTES), dtype=torch.uint8, device="cuda",
+                          generator=gen)
+    scales = torch.randint(0x08, 0x7E, (e, n // 64, k // 64, SCALE_RECORD_BYTES), dtype=torch.uint8, device="cuda",
+                           generator=gen)
+    scale = torch.rand(e, device="cuda", generator=gen) * 1e-4 + 1e-5
+    return MoEWeights(codes, scales.view(torch.float8_e4m3fn), scale)
+
+
+class Timer:
+    def __init__(self, reps: int, warmup: int = 3):
+        self.reps, self.warmup = reps, warmup
+        self.flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn, graph: bool = False) -> float:
+        """Median milliseconds of fn() over reps, L2 flushed before each repetition.
+
+        graph=True captures fn once into a CUDA graph and times its replays: the GPU time without
+        the host's launch overhead (a Python launch costs tens of microseconds, comparable to a
+        whole decode step).
+        """
+        for _ in range(self.warmup):
+            fn()
+        if graph:
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            fn = g.replay
+            fn()
+        times = []
+        for _ in range(self.reps):
+            self.flush.fill_(1)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+
+
+def copy_bandwidth(timer: Timer, nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy, bytes read + written per second."""
+    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = timer(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) -> int:
+    w_elems = e_active * (2 * inter * hidden + hidden * inter)
+    weights = w_elems // 2 + w_elems // 16
+    tokens_in = tokens * hidden * 2
+    fused_out = rows * inter * (2 + 0.5 + 1 / 16 + 2 + 1 / 8) + rows * 4
+    down_in = rows * inter * 2
+    out = tokens * hidden * 2
+    return int(weights + tokens_in + fused_out + down_in + out)
+
+
+def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generator, sweep_tiles: bool) -> list[dict]:
+    e, h, i, k = shape.experts, shape.hidden, shape.intermediate, shape.top_k
+    w_up = random_packed_weights(e, 2 * i, h, gen)
+    w_down = random_packed_weights(e, h, i, gen)
+    bf_up = (torch.randn(e, 2 * i, h, device="cuda", generator=gen) * 0.02).to(torch.bfloat16)  # [E, 2I, H]
+    bf_down = (torch.randn(e, h, i, device="cuda", generator=gen) * 0.02).to(torch.bfloat16)  # [E, H, I]
+    rows = []
+    for t in tokens_list:
+        ids = random_topk(t, e, k, torch.Generator().manual_seed(t)).cuda()
+        weights = torch.softmax(torch.randn(t, k, device="cuda", generator=gen), 1)
+        routing = route(ids, e, weights)
+        m = routing.num_rows
+        x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
+        s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
+        e_active = int((routing.offsets[1:] > routing.offsets[:-1]).sum())
+        tile = ops.tile_for_rows(m, e)
+        up_out = ops.empty_gate_up_output(m, i, "cuda")
+        ys = torch.empty(m, h, dtype=torch.float32, device="cuda")
+        y = torch.empty(t, h, dtype=torch.bfloat16, device="cuda")
+        plain = torch.empty(m, 2 * i, dtype=torch.bfloat16, device="cuda")
+
+        def nvfp4_layer():
+            up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
+                                 validate=False, out=up_out)
+            ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y, slot_workspace=ys)
+
+        def plain_gate_up():
+            ops.moe_gemm(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
+                         out=plain)
+
+        def fused_gate_up():
+            ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
+                            validate=False, out=up_out)
+
+        row = {"shape": shape.name, "tokens": t, "rows": m, "experts_active": e_active, "tile_tokens": tile.tile_tokens,
+               "stages": tile.stages}
+        row["nvfp4_eager_ms"] = timer(nvfp4_layer)
+        row["nvfp4_ms"] = timer(nvfp4_layer, graph=True)
+        row["nvfp4_gate_up_fused_ms"] = timer(fused_gate_up, graph=True)
+        row["nvfp4_gate_up_plain_ms"] = timer(plain_gate_up, graph=True)
+        if sweep_tiles:  # justify the tile table: every tile on this T
+            from trace_kernels.codegen.ops.moe_gemm import TILE_TABLE
+            row["gate_up_fused_ms_by_tile"], row["down_ms_by_tile"] = {}, {}
+            for _, tl in TILE_TABLE:
+                row["gate_up_fused_ms_by_tile"][tl.tile_tokens] = timer(lambda: ops.moe_gate_up(
+                    x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
+                    out=up_out, tile=tl), graph=True)
+                row["down_ms_by_tile"][tl.tile_tokens] = timer(lambda: ops.moe_down(
+                    up_out.a_next, w_down, routing, row_scale=up_out.q.scale, validate=False, out=y,
+                    slot_workspace=ys, tile=tl), graph=True)
+        nbytes = nvfp4_bytes(e_active, h, i, t, m)
+        row["nvfp4_bytes"] = nbytes
+        row["roofline_ms"] = nbytes / bw * 1e3
+        row["nvfp4_bandwidth_fraction"] = row["roofline_ms"] / row["nvfp4_ms"]
+        flops = 2 * m * (2 * i * h + h * i)
+        row["nvfp4_tflops"] = flops / (row["nvfp4_ms"] * 1e-3) / 1e12
+        xs = x[routing.row_index.long()]  # [M, H] sorted rows (gathered once, outside the timing)
+        offs = routing.offsets[1:].contiguous()
+        hmid = torch.randn(m, i, device="cuda", generator=gen).to(torch.bfloat16)
+        try:
+            def bf16_layer():
+                torch._grouped_mm(xs, bf_up.transpose(1, 2), offs=offs)
+                torch._grouped_mm(hmid, bf_down.transpose(1, 2), offs=offs)
+            row["bf16_grouped_mm_eager_ms"] = timer(bf16_layer)
+            row["bf16_grouped_mm_ms"] = timer(bf16_layer, graph=True)
+            row["speedup_vs_bf16"] = row["bf16_grouped_mm_ms"] / row["nvfp4_ms"]
+            row["bf16_tflops"] = flops / (row["bf16_grouped_mm_ms"] * 1e-3) / 1e12
+        except Exception as exc:  # report, do not hide
+            row["bf16_grouped_mm_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+        print(f"{shape.name:16s} T={t:6d} TN={tile.tile_tokens:3d} nvfp4 {row['nvfp4_ms']:.4f} ms "
+              f"(fused gate_up {row['nvfp4_gate_up_fused_ms']:.4f}, plain {row['nvfp4_gate_up_plain_ms']:.4f}) "
+              f"roofline {row['roofline_ms']:.4f} ms ({100 * row['nvfp4_bandwidth_fraction']:.0f}% of copy bw) "
+              f"bf16 {row.get('bf16_grouped_mm_ms', float('nan')):.4f} ms "
+              f"x{row.get('speedup_vs_bf16', float('nan')):.2f}"
+              + (f" by tile gate_up {row['gate_up_fused_ms_by_tile']} down {row['down_ms_by_tile']}" if sweep_tiles else ""),
+              flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="qwen3-30b-a3b,qwen3-235b-a22b")
+    parser.add_argument("--tokens", default="1,8,32,64,128,256,1024,4096,16384")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--out", default="profiling/results/moe_gemm_h200.json")
+    parser.add_argument("--sweep-tiles", default="qwen3-30b-a3b", help="shapes whose T also run every tile")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA device", file=sys.stderr)
+        return 2
+    timer = Timer(args.reps)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bw = copy_bandwidth(timer)
+    print(f"copy bandwidth {bw / 1e12:.3f} TB/s (read + write)", flush=True)
+    results = []
+    for name in args.shapes.split(","):
+        results += bench_shape(shapes.resolve(name), [int(t) for t in args.tokens.split(",")], timer, bw, gen,
+                               name in args.sweep_tiles.split(","))
+        with open(args.out + ".partial", "w") as f:  # survive a time-out of the next shape
+            json.dump(results, f, indent=1)
+        torch.cuda.empty_cache()
+    report = {"gpu": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "commit": _commit(), "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+              "torch": torch.__version__, "copy_bandwidth_bytes_per_s": bw, "reps": args.reps, "results": results}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

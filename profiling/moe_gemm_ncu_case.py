@@ -1,0 +1,42 @@
+"""Launch the fused gate_up and the down GEMM of one MoE layer a few times, for Nsight Compute.
+
+    ncu --clock-control none --kernel-name regex:moe_gemm_ --launch-skip 2 --launch-count 2 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        python profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens 64
+"""
+
+import argparse
+import sys
+
+import torch
+
+from bench_moe_gemm import random_packed_weights  # profiling/ is the script's folder
+from trace_kernels import moe_gemm as ops, shapes
+from trace_kernels.moe_routing import route
+from trace_kernels.moe_testing import random_topk
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", default="qwen3-30b-a3b")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    s = shapes.resolve(args.shape)
+    e, h, i, k, t = s.experts, s.hidden, s.intermediate, s.top_k, args.tokens
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w_up, w_down = random_packed_weights(e, 2 * i, h, gen), random_packed_weights(e, h, i, gen)
+    routing = route(random_topk(t, e, k, torch.Generator().manual_seed(t)).cuda(), e,
+                    torch.softmax(torch.randn(t, k, device="cuda", generator=gen), 1))
+    x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
+    s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
+    for _ in range(args.repeat):
+        up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False)
+        ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False)
+    torch.cuda.synchronize()
+    print("tile", ops.tile_for_rows(routing.num_rows, e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

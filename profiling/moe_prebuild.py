@@ -1,0 +1,39 @@
+"""Compile the MoE GEMM kernels of the given presets into the JIT cache, in parallel; print ptxas.
+
+Also builds the off-table tilings that tests/gpu/test_moe_gemm.py exercises (EXTRA_TILES), so the
+tests do not compile one by one.
+"""
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from trace_kernels import jit, shapes
+from trace_kernels.codegen.ops import moe_gemm as codegen
+
+EXTRA_TILES = codegen.EXTRA_TILES
+
+
+def main() -> int:
+    specs = {}
+    for name in sys.argv[1:] or ["tiny"]:
+        shape = shapes.resolve(name)
+        for spec in codegen.specs_for_shape(shape):
+            specs[spec.name] = spec
+        for tile in EXTRA_TILES:
+            for kind in codegen.KINDS:
+                spec = codegen.gemm_spec(shape, kind, tile)
+                specs[spec.name] = spec
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        entries = list(pool.map(jit.build, specs.values()))
+    for spec, entry in zip(specs.values(), entries):
+        report = (entry.folder / "ptxas.txt").read_text()
+        lines = [ln.strip() for ln in report.splitlines() if "registers" in ln or "stack frame" in ln]
+        print(spec.name, entry.cubin, "|", " | ".join(lines))
+    print(f"built {len(specs)} kernels in {time.time() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Sweep MoE GEMM tilings (TN, stages, min CTAs/SM, warpgroups) per token count; pick TILE_TABLE rows.
+
+    python profiling/sweep_moe_gemm_tiles.py --shape qwen3-30b-a3b --tokens 8,64,128,1024,16384 \
+        --out profiling/results/moe_gemm_tile_sweep_h200.json
+
+Builds every candidate kernel first (in parallel), then times the fused gate_up and the down GEMM
+(+ combine) of each candidate as CUDA-graph replays, L2 flushed before each repetition, on one
+random routing per T. Candidates that do not fit (shared memory) are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from bench_moe_gemm import Timer, random_packed_weights  # profiling/ is the script's folder
+from trace_kernels import jit, moe_gemm as ops, shapes
+from trace_kernels.codegen.ops import moe_gemm as codegen
+from trace_kernels.moe_routing import route
+from trace_kernels.moe_testing import random_topk
+
+def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
+    out = []
+    keys = ("tile_tokens", "stages", "min_blocks", "warpgroups", "proxy_fence", "overlap")
+    for tn, st, mb, wg, pf, ov in itertools.product(*(grid[k] for k in keys)):
+        tile = codegen.TileConfig(tn, st, mb, wg, bool(pf), bool(ov))
+        if ov and st < 3:
+            continue
+        if codegen.smem_bytes(tile, wg, experts) * mb <= 227 * 1024:  # min_blocks CTAs must fit an SM
+            out.append(tile)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", default="qwen3-30b-a3b")
+    parser.add_argument("--tokens", default="8,64,128,1024,16384")
+    parser.add_argument("--tile-tokens", default="8,16,32,64,128,256")
+    parser.add_argument("--stages", default="4,8")
+    parser.add_argument("--min-blocks", default="1,2,4")
+    parser.add_argument("--warpgroups", default="1,2")
+    parser.add_argument("--proxy-fence", default="1", help="1,0 also tries the kernels without fence.proxy.async")
+    parser.add_argument("--overlap", default="0,1", help="0: wgmma.wait 0 per chunk; 1: overlapped main loop")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
+    args = parser.parse_args(argv)
+    shape = shapes.resolve(args.shape)
+    ints = lambda text: tuple(int(v) for v in text.split(","))  # noqa: E731
+    grid = {"tile_tokens": ints(args.tile_tokens), "stages": ints(args.stages), "min_blocks": ints(args.min_blocks),
+            "warpgroups": ints(args.warpgroups), "proxy_fence": ints(args.proxy_fence), "overlap": ints(args.overlap)}
+    tiles = candidates(grid, shape.experts)
+    specs = [codegen.gemm_spec(shape, kind, t) for t in tiles for kind in ("gate_up_swiglu", "down_routed")]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(jit.build, specs))
+    print(f"built {len(specs)} kernels", flush=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    e, h, i, k = shape.experts, shape.hidden, shape.intermediate, shape.top_k
+    w_up, w_down = random_packed_weights(e, 2 * i, h, gen), random_packed_weights(e, h, i, gen)
+    timer = Timer(args.reps)
+    rows = []
+    for t in (int(v) for v in args.tokens.split(",")):
+        routing = route(random_topk(t, e, k, torch.Generator().manual_seed(t)).cuda(), e,
+                        torch.softmax(torch.randn(t, k, device="cuda", generator=gen), 1))
+        m = routing.num_rows
+        x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
+        s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
+        up = ops.empty_gate_up_output(m, i, "cuda")
+        ys, y = torch.empty(m, h, device="cuda"), torch.empty(t, h, dtype=torch.bfloat16, device="cuda")
+        for tile in tiles:
+            if tile.tile_tokens > 8 * max(1, -(-m // e)) * 4:  # far wider than the rows per expert
+                continue
+            g = timer(lambda: ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
+                                              validate=False, out=up, tile=tile), graph=True)
+            d = timer(lambda: ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y,
+                                           slot_workspace=ys, tile=tile), graph=True)
+            rows.append({"tokens": t, "rows": m, **tile.__dict__, "gate_up_fused_ms": g, "down_ms": d})
+            print(f"T={t:6d} {tile} gate_up {g:.4f} ms down {d:.4f} ms", flush=True)
+        best = min((r for r in rows if r["tokens"] == t), key=lambda r: r["gate_up_fused_ms"] + r["down_ms"])
+        print(f"T={t}: best {best}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "shape": shape.name, "command": " ".join(sys.argv),
+                   "results": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

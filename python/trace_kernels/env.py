@@ -1,0 +1,47 @@
+"""Every environment knob of trace-kernels, in one place. All share the prefix TRACE_KERNELS_.
+
+docs/toolchain.md lists them; `trace-kernels list --env` prints them with their current values.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PREFIX = "TRACE_KERNELS_"
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # without the prefix
+    default: str
+    help: str
+
+    @property
+    def env_name(self) -> str:
+        return PREFIX + self.name
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("CACHE_DIR", "", "JIT cache root (default: $XDG_CACHE_HOME/trace_kernels or ~/.cache/trace_kernels)"),
+    Knob("DISABLE_JIT", "0", "1: never compile at run time; a kernel missing from the AOT set and the cache raises"),
+    Knob("LINEINFO", "0", "1: compile with -lineinfo and keep the generated .cu next to each cubin (profiling)"),
+    Knob("PTXAS_CHECK", "0", "1: fail a build whose ptxas report shows register spills or a stack frame"),
+    Knob("NVCC", "", "nvcc to use (default: nvcc on PATH, then $CUDA_HOME/bin/nvcc)"),
+    Knob("VERBOSE", "0", "1: print each nvcc command and its ptxas report"),
+    Knob("AOT", "tiny", "pip install: comma-separated presets to build ahead of time when nvcc is present; "
+                        "empty or 0 skips the AOT build"),
+    Knob("AOT_DIR", "", "folder of AOT cubins + manifest.json (default: trace_kernels/_data/aot)"),
+    Knob("POISON_OUTPUTS", "0", "1: fill op outputs with 0xFF bytes (NaN / code 15) before each launch, so an "
+                                "unwritten element cannot pass a test"),
+    Knob("CHECK_FINITE", "0", "1: check the non-finite status flag after every op (a host sync; debugging)"),
+)}
+
+
+def get(name: str) -> str:
+    knob = KNOBS[name]
+    return os.environ.get(knob.env_name, knob.default)
+
+
+def flag(name: str) -> bool:
+    return get(name).strip().lower() not in ("", "0", "false", "no", "off")

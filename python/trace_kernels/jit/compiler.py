@@ -1,0 +1,103 @@
+"""nvcc invocation: find the compiler, its version, the flags, and the ptxas resource report."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from trace_kernels import env, paths
+from trace_kernels.codegen.spec import GENCODE, KernelSpec
+
+
+class CompileError(RuntimeError):
+    """nvcc failed, or the ptxas report broke a TRACE_KERNELS_PTXAS_CHECK rule."""
+
+
+def find_nvcc() -> str | None:
+    explicit = env.get("NVCC")
+    if explicit:
+        return explicit if Path(explicit).is_file() else None
+    on_path = shutil.which("nvcc")
+    if on_path:
+        return on_path
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def nvcc_version(nvcc: str) -> str:
+    """The full `nvcc --version` text (release and build), part of every cache key."""
+    result = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise CompileError(f"{nvcc} --version failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def flags(spec: KernelSpec) -> list[str]:
+    """Flags that change the cubin (part of the cache key). Include paths are added separately."""
+    out = ["-std=c++17", "-O3", GENCODE, "-cubin", "-Xptxas=-v", "--expt-relaxed-constexpr",
+           # exact IEEE division and denormals everywhere: kernels must match the reference bit for bit
+           "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true"]
+    if env.flag("LINEINFO"):
+        out.append("-lineinfo")
+    return out
+
+
+def include_flags(spec: KernelSpec) -> list[str]:
+    dirs = [paths.include_dir()]
+    if spec.needs_cutlass:
+        cutlass = paths.cutlass_include_dirs()
+        if not cutlass:
+            raise CompileError(f"{spec.name} needs CUTLASS headers: pip install nvidia-cutlass")
+        dirs.extend(cutlass)
+    return [f"-I{d}" for d in dirs]
+
+
+@dataclass(frozen=True)
+class PtxasReport:
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_frame: int
+    text: str
+
+
+_PTXAS_NUMBERS = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "stack_frame": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+}
+
+
+def parse_ptxas(text: str) -> PtxasReport:
+    values = {}
+    for key, pattern in _PTXAS_NUMBERS.items():
+        values[key] = max((int(m) for m in pattern.findall(text)), default=0)
+    return PtxasReport(text=text, **values)
+
+
+def compile_cubin(spec: KernelSpec, source: Path, cubin: Path, nvcc: str) -> PtxasReport:
+    """source .cu -> cubin for sm_90a; raises CompileError with nvcc's message on failure."""
+    cmd = [nvcc, *flags(spec), *include_flags(spec), "-o", str(cubin), str(source)]
+    if env.flag("VERBOSE"):
+        print("[trace_kernels] " + " ".join(cmd), flush=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise CompileError(f"nvcc failed for {spec.name} (exit {result.returncode}):\n"
+                           f"{' '.join(cmd)}\n{result.stdout}{result.stderr}")
+    report = parse_ptxas(result.stdout + result.stderr)
+    if env.flag("VERBOSE"):
+        print(report.text.strip(), flush=True)
+    if env.flag("PTXAS_CHECK") and (report.spill_stores or report.spill_loads or report.stack_frame):
+        raise CompileError(f"{spec.name}: ptxas reports {report.spill_stores} B spill stores, "
+                           f"{report.spill_loads} B spill loads, {report.stack_frame} B stack frame "
+                           f"(TRACE_KERNELS_PTXAS_CHECK=1)\n{report.text}")
+    return report

@@ -1,0 +1,334 @@
+"""NVFP4 MoE grouped GEMM ops: launch the generated sm_90a kernels, or the reference on CPU tensors.
+
+    routing = moe_routing.route(topk_ids, E, topk_weights)
+    a, s_a = moe_gemm_ref.quantize_activations(x)                      # W4A4 (or s_a=None: W4A16)
+    up = moe_gate_up(a, w_gate_up, routing.offsets, row_index=routing.row_index, row_scale=s_a)
+    y = moe_down(up.a_next, w_down, routing, row_scale=up.q.scale)    # bf16 [T, H]
+
+Semantics: moe_gemm_ref.py. Every call validates its inputs before launching (offsets and row
+indices are read back, a device sync; pass validate=False in a captured hot path once the
+routing producer is trusted). Launches sit in NVTX ranges trace_kernels/moe_gemm_<kind> and
+trace_kernels/moe_combine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import torch
+
+from . import moe_gemm_ref, nvfp4, nvtx
+from .codegen.ops import moe_gemm as codegen
+from .moe_gemm_ref import GateUpOutput, check_gemm_inputs
+from .moe_layout import MoEWeights
+from .moe_routing import MoERouting
+
+__all__ = ["empty_gate_up_output", "moe_down", "moe_down_op", "moe_gate_up", "moe_gate_up_op", "moe_gemm", "moe_gemm_op",
+           "tile_for_rows"]
+
+tile_for_rows = codegen.tile_for_rows
+
+
+class _Params(ctypes.Structure):
+    """MoEGemmParams (moe_gemm.cuh): 18 eight-byte fields, in order."""
+
+    _fields_ = [(f"f{i}", ctypes.c_uint64) for i in range(18)]
+
+
+def _params(values: tuple) -> _Params:
+    return _Params(*values)
+
+
+def _addr(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+_counters: dict[int, torch.Tensor] = {}
+_retired_counters: list[torch.Tensor] = []  # outgrown buffers stay alive: captured CUDA graphs use them
+_smem_set: set[tuple[str, int]] = set()
+_lock = threading.Lock()
+
+
+def _tile_counters(device: torch.device, count: int) -> torch.Tensor:
+    """int32 zeros, at least `count`; the fused epilogue leaves them zero after each launch.
+
+    Shared per device: two fused gate_up launches running concurrently on different streams
+    would race on it (not supported).
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _lock:
+        buf = _counters.get(index)
+        if buf is None or buf.numel() < count:
+            if buf is not None:
+                _retired_counters.append(buf)
+            buf = torch.zeros(max(count, 4096), dtype=torch.int32, device=device)
+            _counters[index] = buf
+        return buf
+
+
+def _status_word(device_index: int) -> torch.Tensor:
+    """The project's per-device non-finite status word (ops._common; raise_on_nonfinite reads it)."""
+    from .ops._common import status_buffer
+    return status_buffer(device_index)
+
+
+def _after_launch(device_index: int) -> None:
+    from .ops._common import after_launch
+    after_launch(device_index)
+
+
+def _kernel(spec):
+    from . import runtime
+    return runtime.kernel_for(spec)
+
+
+def _allow_smem(kernel, device_index: int, smem: int) -> None:
+    """Raise the kernel's dynamic shared-memory limit above the 48 KB default (once per device)."""
+    key = (kernel.name, device_index)
+    if smem <= 48 * 1024 or key in _smem_set:
+        return
+    from .runtime import driver
+    cu = driver.driver()
+    attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.check(cu.cuFuncSetAttribute(kernel.function(device_index), attr, smem), "cuFuncSetAttribute", kernel.name)
+    _smem_set.add(key)
+
+
+def _check_device_inputs(tensors: dict) -> None:
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not t.is_cuda:
+            raise ValueError(f"{name} must be a CUDA tensor for the kernel path, got {t.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name} must be 16-byte aligned (data_ptr % 16 == {t.data_ptr() % 16})")
+    device = next((t.device for t in tensors.values() if t is not None), None)
+    if device is not None and _capability(device.index if device.index is not None else torch.cuda.current_device()) != (9, 0):
+        raise RuntimeError("the NVFP4 MoE GEMM kernels are built for sm_90a (Hopper)")
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+_plans: dict[tuple, tuple] = {}
+
+
+def _plan(kind: str, weights: MoEWeights, tile: codegen.TileConfig):
+    """(spec, loaded kernel) for one GEMM variant, memoized: keeps the per-call host cost low."""
+    key = (kind, weights.num_experts, weights.n, weights.k, tile)
+    plan = _plans.get(key)
+    if plan is None:
+        n, k, e = weights.n, weights.k, weights.num_experts
+        gate_up = kind.startswith("gate_up")
+        dims = codegen.MoEDims(experts=e, hidden=k if gate_up else n, intermediate=n // 2 if gate_up else k)
+        spec = codegen.gemm_spec(dims, kind, tile)
+        plan = _plans.setdefault(key, (spec, _kernel(spec)))
+    return plan
+
+
+def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scale, *, m: int,
+                 tile: codegen.TileConfig | None, out=None, out_f32=None, row_weight=None,
+                 quant: tuple | None = None) -> None:
+    e = weights.num_experts
+    tile = tile or codegen.tile_for_rows(m, e)
+    spec, kernel = _plan(kind, weights, tile)
+    launch = spec.launch
+    device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    grid_y = -(-m // tile.tile_tokens) + e  # upper bound on sum_e ceil(rows_e / TN)
+    if grid_y > 65535:
+        raise ValueError(f"{m} routed rows need {grid_y} token tiles of {tile.tile_tokens} (grid.y limit 65535): "
+                         "use a wider tile")
+    fused = kind == "gate_up_swiglu"
+    counters = _tile_counters(a.device, grid_y) if fused else None
+    status = _status_word(device_index) if fused else None
+    q_codes, q_bscales, q_scale, q_dequant, q_bits = quant or (None,) * 5
+    values = (_addr(a), _addr(row_index), _addr(row_scale), _addr(weights.codes), _addr(weights.block_scales),
+              _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(out_f32), _addr(row_weight),
+              _addr(q_codes), _addr(q_bscales), _addr(q_scale), _addr(q_dequant), _addr(q_bits), _addr(counters),
+              _addr(status))
+    _allow_smem(kernel, device_index, launch["smem_bytes"])
+    with nvtx.annotate(f"moe_gemm_{kind}"):
+        kernel.launch(device_index, (weights.n // launch["block_rows"], grid_y, 1), (launch["threads"], 1, 1),
+                      [(_params, values)], smem=launch["smem_bytes"])
+
+
+def _prepare(a, weights, offsets, row_index, row_scale, validate: bool) -> int:
+    m = check_gemm_inputs(a, weights, offsets, row_index, row_scale, validate_values=validate)
+    if m > 0:
+        _check_device_inputs({"a": a, "weights.codes": weights.codes, "weights.block_scales": weights.block_scales,
+                              "weights.scale": weights.scale, "offsets": offsets, "row_index": row_index,
+                              "row_scale": row_scale})
+    return m
+
+
+def _check_out(t: torch.Tensor, shape: tuple, dtype: torch.dtype, name: str) -> torch.Tensor:
+    if tuple(t.shape) != shape or t.dtype != dtype:
+        raise ValueError(f"{name} must be {dtype} {list(shape)}, got {t.dtype} {list(t.shape)}")
+    return t
+
+
+def moe_gemm(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, row_index=None, row_scale=None,
+             tile: codegen.TileConfig | None = None, validate: bool = True,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """Plain epilogue, gate_up-shaped weights ([E, 2I, H]): bf16 [M, 2I]. CPU tensors use the reference."""
+    if not a.is_cuda:
+        return moe_gemm_ref.moe_gemm_ref(a, weights, offsets, row_index=row_index, row_scale=row_scale)
+    m = _prepare(a, weights, offsets, row_index, row_scale, validate)
+    if out is None:
+        out = torch.empty(m, weights.n, dtype=torch.bfloat16, device=a.device)  # [M, N]
+    _check_out(out, (m, weights.n), torch.bfloat16, "out")
+    _check_device_inputs({"out": out})
+    if m:
+        _launch_gemm("gate_up", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=out)
+    return out
+
+
+def empty_gate_up_output(m: int, intermediate: int, device) -> GateUpOutput:
+    """Uninitialised outputs of moe_gate_up for m rows (pass as out= to reuse buffers)."""
+    def empty(*shape, dtype):
+        return torch.empty(*shape, dtype=dtype, device=device)
+    q = nvfp4.NVFP4Tensor(codes=empty(m, intermediate // 2, dtype=torch.uint8),  # [M, I/2]
+                          block_scales=empty(m, intermediate // 16, dtype=torch.float8_e4m3fn),  # [M, I/16]
+                          scale=empty(m, dtype=torch.float32))  # [M]
+    return GateUpOutput(h=empty(m, intermediate, dtype=torch.bfloat16), q=q,  # h [M, I]
+                        a_next=empty(m, intermediate, dtype=torch.bfloat16),  # [M, I]
+                        mantissa_bits=empty(m, intermediate // 8, dtype=torch.uint8))  # [M, I/8]
+
+
+def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, row_index=None, row_scale=None,
+                tile: codegen.TileConfig | None = None, validate: bool = True,
+                out: GateUpOutput | None = None) -> GateUpOutput:
+    """gate_up GEMM + SwiGLU + NVFP4 row quantization + guidance (interleaved weights [E, 2I, H])."""
+    if not a.is_cuda:
+        return moe_gemm_ref.moe_gate_up_ref(a, weights, offsets, row_index=row_index, row_scale=row_scale)
+    m = _prepare(a, weights, offsets, row_index, row_scale, validate)
+    inter = weights.n // 2
+    if out is None:
+        out = empty_gate_up_output(m, inter, a.device)
+    _check_out(out.h, (m, inter), torch.bfloat16, "out.h")
+    _check_out(out.q.codes, (m, inter // 2), torch.uint8, "out.q.codes")
+    _check_out(out.q.block_scales, (m, inter // 16), torch.float8_e4m3fn, "out.q.block_scales")
+    _check_out(out.q.scale, (m,), torch.float32, "out.q.scale")
+    _check_out(out.a_next, (m, inter), torch.bfloat16, "out.a_next")
+    _check_out(out.mantissa_bits, (m, inter // 8), torch.uint8, "out.mantissa_bits")
+    _check_device_inputs({"out.h": out.h, "out.q.codes": out.q.codes, "out.q.block_scales": out.q.block_scales,
+                          "out.q.scale": out.q.scale, "out.a_next": out.a_next, "out.mantissa_bits": out.mantissa_bits})
+    h, codes, bscales, scale = out.h, out.q.codes, out.q.block_scales.view(torch.uint8), out.q.scale
+    a_next, bits = out.a_next, out.mantissa_bits
+    if m:
+        _launch_gemm("gate_up_swiglu", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h,
+                     quant=(codes, bscales, scale, a_next, bits))
+        _after_launch(a.device.index if a.device.index is not None else torch.cuda.current_device())
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _combine_plan(experts: int, hidden: int, inter: int, top_k: int):
+    spec = codegen.combine_spec(codegen.MoEDims(experts, hidden, inter, top_k))
+    return spec, _kernel(spec)
+
+
+def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_scale=None,
+             tile: codegen.TileConfig | None = None, validate: bool = True,
+             out: torch.Tensor | None = None, slot_workspace: torch.Tensor | None = None) -> torch.Tensor:
+    """down GEMM over sorted rows a [M, I] + router weight + ordered top-k combine -> bf16 [T, H]."""
+    if not a.is_cuda:
+        return moe_gemm_ref.moe_down_ref(a, weights, routing, row_scale=row_scale)
+    if routing.row_weight is None:
+        raise ValueError("the down epilogue needs routing.row_weight (route(..., topk_weights=...))")
+    m = _prepare(a, weights, routing.offsets, None, row_scale, validate)
+    _check_device_inputs({"routing.row_weight": routing.row_weight, "routing.slot_rows": routing.slot_rows})
+    if tuple(routing.row_weight.shape) != (m,) or routing.row_weight.dtype != torch.float32:
+        raise ValueError(f"routing.row_weight must be float32 [M]=[{m}]")
+    t, top_k = routing.slot_rows.shape
+    if t * top_k != m or routing.slot_rows.dtype != torch.int32:
+        raise ValueError(f"routing.slot_rows must be int32 [T, k] with T*k == M={m}, got {tuple(routing.slot_rows.shape)}")
+    if validate and m and (int(routing.slot_rows.min()) < 0 or int(routing.slot_rows.max()) >= m):
+        raise ValueError("routing.slot_rows values must lie in [0, M)")
+    hidden = weights.n
+    ys = slot_workspace if slot_workspace is not None else torch.empty(m, hidden, dtype=torch.float32, device=a.device)
+    _check_out(ys, (m, hidden), torch.float32, "slot_workspace")  # [M, H] per-slot rows
+    out = out if out is not None else torch.empty(t, hidden, dtype=torch.bfloat16, device=a.device)
+    _check_out(out, (t, hidden), torch.bfloat16, "out")  # [T, H]
+    _check_device_inputs({"out": out, "slot_workspace": ys})
+    if m == 0:
+        return out.zero_()
+    _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, out_f32=ys,
+                 row_weight=routing.row_weight)
+    spec, kernel = _combine_plan(weights.num_experts, hidden, weights.k, top_k)
+    from .runtime import i64, ptr
+    device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    with nvtx.annotate("moe_combine"):
+        kernel.launch(device_index, (t, 1, 1), (spec.launch["threads"], 1, 1),
+                      [ptr(ys), ptr(routing.slot_rows), ptr(out), i64(t)])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# torch.library custom ops (flat tensor arguments) so torch.compile can trace through the MoE GEMMs.
+# tile_tokens = 0 picks the tile from TILE_TABLE; values are validated (a sync) like the eager API.
+# ------------------------------------------------------------------------------------------------
+
+def _tile_arg(tile_tokens: int) -> codegen.TileConfig | None:
+    if tile_tokens == 0:
+        return None
+    for _, tile in codegen.TILE_TABLE:
+        if tile.tile_tokens == tile_tokens:
+            return tile
+    raise ValueError(f"tile_tokens must be 0 or one of {[t.tile_tokens for _, t in codegen.TILE_TABLE]}")
+
+
+@torch.library.custom_op("trace_kernels::moe_gemm", mutates_args=())
+def moe_gemm_op(a: torch.Tensor, w_codes: torch.Tensor, w_block_scales: torch.Tensor, w_scale: torch.Tensor,
+                offsets: torch.Tensor, row_index: torch.Tensor | None, row_scale: torch.Tensor | None,
+                tile_tokens: int) -> torch.Tensor:
+    """Plain epilogue: bf16 [M, N] (see moe_gemm)."""
+    return moe_gemm(a, MoEWeights(w_codes, w_block_scales, w_scale), offsets, row_index=row_index,
+                    row_scale=row_scale, tile=_tile_arg(tile_tokens))
+
+
+@moe_gemm_op.register_fake
+def _(a, w_codes, w_block_scales, w_scale, offsets, row_index, row_scale, tile_tokens):
+    m = a.shape[0] if row_index is None else row_index.shape[0]
+    return a.new_empty((m, w_codes.shape[1] * 64), dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("trace_kernels::moe_gate_up", mutates_args=())
+def moe_gate_up_op(a: torch.Tensor, w_codes: torch.Tensor, w_block_scales: torch.Tensor, w_scale: torch.Tensor,
+                   offsets: torch.Tensor, row_index: torch.Tensor | None, row_scale: torch.Tensor | None,
+                   tile_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                              torch.Tensor]:
+    """(h, codes, block_scales, scale, a_next, mantissa_bits) of the fused gate_up (see moe_gate_up)."""
+    out = moe_gate_up(a, MoEWeights(w_codes, w_block_scales, w_scale), offsets, row_index=row_index,
+                      row_scale=row_scale, tile=_tile_arg(tile_tokens))
+    return out.h, out.q.codes, out.q.block_scales, out.q.scale, out.a_next, out.mantissa_bits
+
+
+@moe_gate_up_op.register_fake
+def _(a, w_codes, w_block_scales, w_scale, offsets, row_index, row_scale, tile_tokens):
+    m = a.shape[0] if row_index is None else row_index.shape[0]
+    inter = w_codes.shape[1] * 32
+    return (a.new_empty((m, inter), dtype=torch.bfloat16), a.new_empty((m, inter // 2), dtype=torch.uint8),
+            a.new_empty((m, inter // 16), dtype=torch.float8_e4m3fn), a.new_empty((m,), dtype=torch.float32),
+            a.new_empty((m, inter), dtype=torch.bfloat16), a.new_empty((m, inter // 8), dtype=torch.uint8))
+
+
+@torch.library.custom_op("trace_kernels::moe_down", mutates_args=())
+def moe_down_op(a: torch.Tensor, w_codes: torch.Tensor, w_block_scales: torch.Tensor, w_scale: torch.Tensor,
+                offsets: torch.Tensor, row_index: torch.Tensor, slot_rows: torch.Tensor, row_weight: torch.Tensor,
+                row_scale: torch.Tensor | None, tile_tokens: int) -> torch.Tensor:
+    """down GEMM + router weight + ordered top-k combine: bf16 [T, H] (see moe_down)."""
+    routing = MoERouting(row_index=row_index, offsets=offsets, slot_rows=slot_rows, row_weight=row_weight)
+    return moe_down(a, MoEWeights(w_codes, w_block_scales, w_scale), routing, row_scale=row_scale,
+                    tile=_tile_arg(tile_tokens))
+
+
+@moe_down_op.register_fake
+def _(a, w_codes, w_block_scales, w_scale, offsets, row_index, slot_rows, row_weight, row_scale, tile_tokens):
+    return a.new_empty((slot_rows.shape[0], w_codes.shape[1] * 64), dtype=torch.bfloat16)

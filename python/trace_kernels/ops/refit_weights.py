@@ -1,0 +1,125 @@
+"""`refit_weights`: expert weights [E, N, K] -> per-expert NVFP4 written in place.
+
+The RL policy sync: the trainer's BF16 weights become the rollout's NVFP4 weights without
+reallocating (addresses stay fixed for captured CUDA graphs). Layout = the reference's
+quantize(w[e], scale="tensor"): codes [E, N, K/2], block_scales [E, N, K/16], scales [E].
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trace_kernels import nvfp4, nvtx
+from trace_kernels.codegen.ops import refit_weights as codegen_refit
+from trace_kernels.ops._common import (KERNEL_DTYPES, after_launch, check_cuda_device, check_tensor,
+                                       status_buffer)
+from trace_kernels.runtime import driver
+
+
+def allocate(experts: int, n: int, k: int, device) -> nvfp4.NVFP4Tensor:
+    """Buffers for refit_weights: codes [E, N, K/2], block_scales [E, N, K/16], scale [E]."""
+    return nvfp4.NVFP4Tensor(codes=torch.zeros((experts, n, k // 2), dtype=torch.uint8, device=device),
+                             block_scales=torch.zeros((experts, n, k // 16), dtype=torch.float8_e4m3fn, device=device),
+                             scale=torch.zeros((experts,), dtype=torch.float32, device=device))
+
+
+def _reference(w, codes, block_scales, scales):
+    for e in range(w.shape[0]):
+        q = nvfp4.quantize(w[e], scale="tensor")
+        codes[e].copy_(q.codes)
+        block_scales[e].copy_(q.block_scales)
+        scales[e].copy_(q.scale)
+
+
+# (grid, ctas_per_group) forced by tests (multi-tile and leftover-CTA paths) and the benchmark sweep.
+PLAN_OVERRIDE: tuple[int, int] | None = None
+
+
+def plan(device: int, kernel, tile_elements: int, experts: int, per_expert: int, elem_bytes: int) -> tuple[int, int]:
+    """(grid, ctas_per_group): all CTAs co-resident (cooperative launch); a group of CTAs per expert,
+    as many concurrent experts as fit half the L2, each CTA ideally one register-resident tile."""
+    if PLAN_OVERRIDE is not None:
+        return PLAN_OVERRIDE
+    resident = kernel.max_active_blocks_per_sm(device, codegen_refit.CTA) * driver.multiprocessor_count(device)
+    tiles = max(1, -(-per_expert // tile_elements))
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    fit_l2 = max(1, (l2 // 2) // max(1, per_expert * elem_bytes))
+    groups = max(1, min(experts, fit_l2, resident // min(tiles, resident)))
+    per_group = resident // groups
+    return groups * per_group, per_group
+
+
+def _launch(w, codes, block_scales, scales):
+    from trace_kernels.runtime import i32, i64, kernel_for, ptr
+    device = check_cuda_device(w)
+    experts, n, k = w.shape
+    if experts == 0 or n == 0:
+        return
+    spec = codegen_refit.spec(w.dtype)
+    kernel = kernel_for(spec)
+    grid, per_group = plan(device, kernel, spec.launch["tile_half_blocks"] * 8, experts, n * k, w.element_size())
+    resident = kernel.max_active_blocks_per_sm(device, spec.launch["threads"]) * driver.multiprocessor_count(device)
+    if not 0 < per_group <= grid <= resident:
+        raise ValueError(f"refit plan grid={grid}, ctas_per_group={per_group} needs 0 < group <= grid <= {resident} "
+                         "(all CTAs co-resident)")
+    workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, arrivals
+    with nvtx.annotate("refit_weights"):
+        kernel.launch(device, (grid,), (spec.launch["threads"],),
+                      [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                       i64(n * k), i32(k), i32(per_group), ptr(status_buffer(device))], cooperative=True)
+    after_launch(device)
+
+
+@torch.library.custom_op("trace_kernels::nvfp4_refit_weights", mutates_args=("codes", "block_scales", "scales"))
+def nvfp4_refit_weights_op(w: torch.Tensor, codes: torch.Tensor, block_scales: torch.Tensor,
+                           scales: torch.Tensor) -> None:
+    if w.device.type == "cpu":
+        _reference(w, codes, block_scales, scales)
+    else:
+        _launch(w, codes, block_scales, scales)
+
+
+@nvfp4_refit_weights_op.register_fake
+def _(w, codes, block_scales, scales):
+    return None
+
+
+def validate(w: torch.Tensor, out: nvfp4.NVFP4Tensor) -> None:
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
+    if w.dim() != 3:
+        raise ValueError(f"w must be [E, N, K], got shape {tuple(w.shape)}")
+    experts, n, k = w.shape
+    if k == 0 or k % 16:
+        raise ValueError(f"w: K={k} must be a positive multiple of 16")
+    expect = {"codes": ((experts, n, k // 2), torch.uint8), "block_scales": ((experts, n, k // 16), torch.float8_e4m3fn),
+              "scale": ((experts,), torch.float32)}
+    for name, (shape, dtype) in expect.items():
+        t = getattr(out, name)
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or tuple(t.shape) != shape:
+            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"out.{name} must be {dtype} {shape}, got {got}")
+        if t.device != w.device:
+            raise ValueError(f"out.{name} is on {t.device} but w is on {w.device}")
+    if w.device.type == "cuda":
+        check_tensor(w, "w", dtypes=KERNEL_DTYPES)
+        if n * k // 16 >= 2**31:
+            raise ValueError("w: one expert holds too many blocks for 32-bit block indices")
+        for name in expect:
+            check_tensor(getattr(out, name), f"out.{name}", aligned=name != "scale")
+    elif w.device.type == "cpu":
+        if w.dtype not in (*KERNEL_DTYPES, torch.float64):
+            raise TypeError(f"w must be a floating tensor, got {w.dtype}")
+    else:
+        raise ValueError(f"w is on {w.device}; supported: cuda and cpu")
+
+
+def refit_weights(w: torch.Tensor, out: nvfp4.NVFP4Tensor) -> nvfp4.NVFP4Tensor:
+    """Quantize expert weights w [E, N, K] into out's preallocated buffers in place; returns out.
+
+    out[e] equals trace_kernels.nvfp4.quantize(w[e], scale="tensor") bit for bit. On NaN/Inf in an
+    expert the GPU leaves that expert's buffers unchanged and sets the status flag.
+    """
+    validate(w, out)
+    nvfp4_refit_weights_op(w, out.codes, out.block_scales, out.scale)
+    return out

@@ -1,0 +1,30 @@
+"""cuda-python runtime: load cubins, launch on torch's current stream, checked errors.
+
+    kernel = trace_kernels.runtime.kernel_for(spec)   # AOT / JIT cache / compile, loaded once
+    kernel.launch(device_index, grid, block, [ptr(x), i32(rows), ...])
+"""
+
+from __future__ import annotations
+
+import threading
+
+from trace_kernels.codegen.spec import KernelSpec
+from trace_kernels.runtime.driver import CudaError, check, ensure_context, multiprocessor_count
+from trace_kernels.runtime.kernel import CudaKernel, f32, i32, i64, ptr, u32
+
+__all__ = ["CudaError", "CudaKernel", "check", "ensure_context", "f32", "i32", "i64", "kernel_for",
+           "multiprocessor_count", "ptr", "u32"]
+
+_kernels: dict[str, CudaKernel] = {}
+_lock = threading.Lock()
+
+
+def kernel_for(spec: KernelSpec) -> CudaKernel:
+    """The loaded kernel for spec, building it first if needed (memoized per process)."""
+    kernel = _kernels.get(spec.name)
+    if kernel is None:
+        from trace_kernels import jit
+        path = jit.cubin_for(spec)
+        with _lock:
+            kernel = _kernels.setdefault(spec.name, CudaKernel(spec.name, path))
+    return kernel

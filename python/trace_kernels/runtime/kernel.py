@@ -1,0 +1,87 @@
+"""A compiled kernel: cubin bytes, loaded once per device, launched on torch's current stream.
+
+Arguments are (ctypes type, value) pairs in the order of the extern "C" kernel's parameters;
+pointers are passed as ctypes.c_void_p of tensor.data_ptr().
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from trace_kernels.runtime.driver import check, driver, ensure_context
+
+Arg = tuple[type, object]  # (ctypes type, python value)
+
+
+def ptr(tensor: torch.Tensor | None) -> Arg:
+    """A tensor's device address as a kernel pointer argument (None -> nullptr)."""
+    return ctypes.c_void_p, (0 if tensor is None else tensor.data_ptr())
+
+
+def i32(value: int) -> Arg:
+    return ctypes.c_int32, int(value)
+
+
+def i64(value: int) -> Arg:
+    return ctypes.c_int64, int(value)
+
+
+def u32(value: int) -> Arg:
+    return ctypes.c_uint32, int(value)
+
+
+def f32(value: float) -> Arg:
+    return ctypes.c_float, float(value)
+
+
+class CudaKernel:
+    def __init__(self, name: str, cubin: bytes | Path):
+        self.name = name
+        self.image = cubin if isinstance(cubin, bytes) else Path(cubin).read_bytes()
+        self._functions: dict[int, object] = {}
+        self._modules: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def function(self, device_index: int):
+        fn = self._functions.get(device_index)
+        if fn is not None:
+            return fn
+        with self._lock:
+            if device_index not in self._functions:
+                cu = driver()
+                ensure_context(device_index)
+                image = ctypes.create_string_buffer(self.image, len(self.image))
+                module = check(cu.cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData", self.name)
+                fn = check(cu.cuModuleGetFunction(module, self.name.encode()), "cuModuleGetFunction", self.name)
+                self._modules[device_index] = module
+                self._functions[device_index] = fn
+            return self._functions[device_index]
+
+    def max_active_blocks_per_sm(self, device_index: int, threads: int, smem: int = 0) -> int:
+        cu = driver()
+        fn = self.function(device_index)
+        return int(check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, smem),
+                         "cuOccupancyMaxActiveBlocksPerMultiprocessor", self.name))
+
+    def launch(self, device_index: int, grid: Sequence[int], block: Sequence[int], args: Sequence[Arg],
+               *, smem: int = 0, cooperative: bool = False) -> None:
+        """Launch on torch's current stream for device_index; raises CudaError on any failure."""
+        cu = driver()
+        fn = self.function(device_index)
+        ensure_context(device_index)
+        stream = torch.cuda.current_stream(device_index).cuda_stream
+        values = [ctype(value) for ctype, value in args]
+        params = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
+        gx, gy, gz = (*grid, 1, 1)[:3]
+        bx, by, bz = (*block, 1, 1)[:3]
+        if cooperative:
+            result = cu.cuLaunchCooperativeKernel(fn, gx, gy, gz, bx, by, bz, smem, stream,
+                                                  ctypes.addressof(params))
+        else:
+            result = cu.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, ctypes.addressof(params), 0)
+        check(result, f"launch grid={tuple(grid)} block={tuple(block)}", self.name)

@@ -1,0 +1,113 @@
+"""Model shape table: the presets kernels are generated for, plus custom shapes (CLI or HF config.json).
+
+A shape lists the dimensions of one MoE transformer layer. Each op's codegen module
+(trace_kernels.codegen.ops.*) turns a shape into the kernels that layer needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    experts: int  # E, routed experts per MoE layer
+    hidden: int  # H
+    intermediate: int  # I, per-expert FFN width (moe_intermediate_size)
+    top_k: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name != "name" and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"shape {self.name!r}: {field.name} must be a positive int, got {value!r}")
+        for field in ("hidden", "intermediate", "head_dim"):
+            if getattr(self, field) % 16:
+                raise ValueError(f"shape {self.name!r}: {field}={getattr(self, field)} must be a multiple of 16 (NVFP4 blocks)")
+        if self.top_k > self.experts:
+            raise ValueError(f"shape {self.name!r}: top_k={self.top_k} exceeds experts={self.experts}")
+        if self.q_heads % self.kv_heads:
+            raise ValueError(f"shape {self.name!r}: q_heads={self.q_heads} is not a multiple of kv_heads={self.kv_heads}")
+
+    def describe(self) -> str:
+        return (f"{self.name}: E={self.experts} H={self.hidden} I={self.intermediate} top-{self.top_k} "
+                f"heads {self.q_heads}q/{self.kv_heads}kv x {self.head_dim}")
+
+
+PRESETS: dict[str, ModelShape] = {s.name: s for s in (
+    # Small enough for CPU tests and quick compiles; still exercises several D values.
+    ModelShape("tiny", experts=8, hidden=256, intermediate=128, top_k=2, q_heads=4, kv_heads=2, head_dim=64),
+    ModelShape("qwen3-30b-a3b", experts=128, hidden=2048, intermediate=768, top_k=8, q_heads=32, kv_heads=4,
+               head_dim=128),
+    ModelShape("qwen3-235b-a22b", experts=128, hidden=4096, intermediate=1536, top_k=8, q_heads=64, kv_heads=4,
+               head_dim=128),
+)}
+
+# Short keys accepted by parse_custom, and the HF config.json keys they come from.
+_CUSTOM_KEYS = {"e": "experts", "h": "hidden", "i": "intermediate", "k": "top_k", "hq": "q_heads", "hkv": "kv_heads",
+                "hd": "head_dim"}
+_HF_KEYS = {"experts": ("num_experts", "n_routed_experts", "num_local_experts"), "hidden": ("hidden_size",),
+            "intermediate": ("moe_intermediate_size", "intermediate_size"),
+            "top_k": ("num_experts_per_tok", "moe_topk"), "q_heads": ("num_attention_heads",),
+            "kv_heads": ("num_key_value_heads",), "head_dim": ("head_dim",)}
+
+
+def preset(name: str) -> ModelShape:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
+
+
+def parse_custom(text: str, name: str = "custom") -> ModelShape:
+    """'E=128,H=2048,I=768,k=8,hq=32,hkv=4,hd=128' -> ModelShape (all seven keys required)."""
+    values: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        field = _CUSTOM_KEYS.get(key.strip().lower())
+        if not sep or field is None:
+            raise ValueError(f"bad shape item {item!r}; expected KEY=INT with KEY in {sorted(_CUSTOM_KEYS)}")
+        try:
+            values[field] = int(value)
+        except ValueError:
+            raise ValueError(f"bad shape item {item!r}: {value!r} is not an integer") from None
+    missing = sorted(k for k, f in _CUSTOM_KEYS.items() if f not in values)
+    if missing:
+        raise ValueError(f"custom shape {text!r} lacks {', '.join(missing)}")
+    return ModelShape(name=name, **values)
+
+
+def from_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
+    """Read a Hugging Face MoE config.json (Qwen3-MoE, Mixtral, DeepSeek style keys)."""
+    path = Path(path)
+    config = json.loads(path.read_text())
+    config = config.get("text_config", config)
+    values: dict[str, int] = {}
+    for field, keys in _HF_KEYS.items():
+        found = next((config[k] for k in keys if k in config and config[k] is not None), None)
+        if field == "head_dim" and found is None and "hidden_size" in config and "num_attention_heads" in config:
+            found = config["hidden_size"] // config["num_attention_heads"]
+        if field == "kv_heads" and found is None:
+            found = config.get("num_attention_heads")
+        if found is None:
+            raise ValueError(f"{path}: no {' / '.join(keys)} key; is this an MoE model config?")
+        values[field] = int(found)
+    return ModelShape(name=name or config.get("model_type", path.parent.name or "custom"), **values)
+
+
+def resolve(spec: str) -> ModelShape:
+    """A preset name, a path to config.json, or a custom 'E=..,H=..' string."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    if spec.endswith(".json") or Path(spec).is_file():
+        return from_hf_config(spec)
+    if "=" in spec:
+        return parse_custom(spec)
+    raise ValueError(f"{spec!r} is neither a preset ({', '.join(PRESETS)}), a config.json nor 'E=..,H=..,...'")

@@ -1,0 +1,19 @@
+"""The kernels the GPU tests and the memory-kernel benchmark launch, to build them ahead of a run."""
+
+from __future__ import annotations
+
+import torch
+
+from trace_kernels.codegen.ops import guided_fake_quantize, quantize, refit_weights
+from trace_kernels.codegen.spec import KernelSpec
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+QUANTIZE_DIMS = (16, 64, 128, 256, 768, 2048, 4096, 8192)
+GUIDED_DIMS = (16, 32, 64, 128, 768, 2048, 4096)
+
+
+def memory_kernel_specs() -> list[KernelSpec]:
+    specs = [quantize.spec(t, d) for t in DTYPES for d in QUANTIZE_DIMS]
+    specs += [guided_fake_quantize.spec(t, d) for t in DTYPES for d in GUIDED_DIMS]
+    specs += [refit_weights.spec(t) for t in DTYPES]
+    return specs

@@ -1,0 +1,61 @@
+"""Engine and sampling configuration (slotted dataclasses, validated on construction)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Sizes of the paged KV cache and of a step.
+
+    block_size: tokens per KV page (P). max_num_seqs: sequences decoded together.
+    max_model_len: longest prompt + output (default: the model's max_position_embeddings); every
+    step attends over this many key slots (padding masked), which keeps a sequence's numerics
+    independent of its batch-mates, so set it to what the task needs.
+    num_blocks: KV pages per layer (default: enough for max_num_seqs sequences of max_model_len,
+    plus the scratch page 0 that padded CUDA-graph rows write into).
+    max_num_batched_tokens: prompt tokens per prefill step. cuda_graphs: capture the bf16 decode
+    step on CUDA devices.
+    """
+
+    block_size: int = 16
+    max_num_seqs: int = 64
+    max_model_len: int | None = None
+    num_blocks: int | None = None
+    max_num_batched_tokens: int = 8192
+    cuda_graphs: bool = True
+
+    def __post_init__(self):
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"EngineConfig.{name} must be a positive integer, got {v!r}")
+        for name in ("max_model_len", "num_blocks"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise ValueError(f"EngineConfig.{name} must be a positive integer or None, got {v!r}")
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """temperature 0 = greedy (log-prob 0: the sampling distribution is a point mass);
+    top_k 0 = off; top_p 1.0 = off. stop_token_ids end a sequence (the stop token is kept in
+    output_ids); ignore_eos=False adds the model's eos_token_id to them."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+        self.stop_token_ids = tuple(int(t) for t in self.stop_token_ids)

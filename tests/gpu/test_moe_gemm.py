@@ -1,0 +1,210 @@
+"""GPU tests of the NVFP4 MoE grouped GEMM kernels against the reference (sm_90a, marked gpu)."""
+
+import pytest
+import torch
+
+from trace_kernels import moe_gemm as ops
+from trace_kernels import moe_gemm_ref as ref
+from trace_kernels import nvfp4
+from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TILE_TABLE
+from trace_kernels.moe_routing import route
+from trace_kernels.moe_testing import make_problem, make_weights, random_topk
+
+pytestmark = pytest.mark.gpu
+
+# the table's tiles plus the off-table tilings profiling/moe_prebuild.py builds (EXTRA_TILES)
+TILES = [tile for _, tile in TILE_TABLE] + list(EXTRA_TILES)
+SHAPES = {"tiny": (8, 256, 128, 2), "qwen3-30b-a3b": (128, 2048, 768, 8)}
+
+
+def _rel(got, want):
+    got, want = got.double(), want.double()
+    return float((got - want).norm() / want.norm())
+
+
+def _poisoned_gate_up(m, inter):
+    out = ops.empty_gate_up_output(m, inter, "cuda")
+    out.h.fill_(float("nan"))
+    out.a_next.fill_(float("nan"))
+    out.q.scale.fill_(float("nan"))
+    out.q.codes.fill_(0xAB)
+    out.q.block_scales.view(torch.uint8).fill_(0x7F)  # e4m3 NaN
+    out.mantissa_bits.fill_(0xAB)
+    return out
+
+
+_WEIGHTS = {}
+
+
+def weights_for(name):
+    """One set of random NVFP4 weights per shape for the whole module (quantizing 128 experts takes a while)."""
+    if name not in _WEIGHTS:
+        e, h, i, _ = SHAPES[name]
+        _WEIGHTS[name] = make_weights(e, h, i, seed=len(_WEIGHTS) + 1, device="cuda")
+    return _WEIGHTS[name]
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def shape(request):
+    return request.param, SHAPES[request.param]
+
+
+def problem(name, tokens, seed, skew=0.0):
+    e, h, i, k = SHAPES[name]
+    return make_problem(e, h, i, k, tokens, seed=seed, device="cuda", skew=skew, weights=weights_for(name))
+
+
+@pytest.mark.parametrize("tokens,skew", [(1, 0.0), (37, 0.0), (300, 3.0), (1024, 0.0), (4096, 1.0)])
+@pytest.mark.parametrize("w4a4", [True, False])
+def test_plain_matches_reference(shape, tokens, skew, w4a4):
+    name, (e, h, i, k) = shape
+    p = problem(name, tokens, tokens + 7 * int(w4a4), skew)
+    a, s_a = (p.a, p.s_a) if w4a4 else (p.x, None)
+    want = ref.moe_gemm_ref(a, p.gate_up, p.routing.offsets, row_index=p.routing.row_index, row_scale=s_a)
+    for tile in TILES:
+        out = torch.full_like(want, float("nan"))
+        got = ops.moe_gemm(a, p.gate_up, p.routing.offsets, row_index=p.routing.row_index, row_scale=s_a,
+                           tile=tile, out=out)
+        torch.cuda.synchronize()
+        assert not got.isnan().any(), f"{name} tile {tile}: unwritten outputs"
+        assert _rel(got, want) <= 2e-3, (name, tile, _rel(got, want))
+
+
+@pytest.mark.parametrize("tokens,skew", [(1, 0.0), (64, 0.0), (300, 3.0)])
+def test_gate_up_fused_quantization_is_exact(shape, tokens, skew):
+    name, (e, h, i, k) = shape
+    p = problem(name, tokens, 100 + tokens, skew)
+    want = ref.moe_gate_up_ref(p.a, p.gate_up, p.routing.offsets, row_index=p.routing.row_index, row_scale=p.s_a)
+    m = p.routing.num_rows
+    for tile in TILES:
+        out = ops.moe_gate_up(p.a, p.gate_up, p.routing.offsets, row_index=p.routing.row_index, row_scale=p.s_a,
+                              tile=tile, out=_poisoned_gate_up(m, i))
+        torch.cuda.synchronize()
+        assert _rel(out.h, want.h) <= 2e-3, (name, tile, _rel(out.h, want.h))
+        # the kernel's quantization is exactly nvfp4.quantize of its own bf16 SwiGLU output
+        own = ref.quantize_swiglu(out.h.cpu())
+        assert torch.equal(out.q.codes.cpu(), own.q.codes)
+        assert torch.equal(out.q.block_scales.view(torch.uint8).cpu(), own.q.block_scales.view(torch.uint8))
+        assert torch.equal(out.q.scale.cpu(), own.q.scale)
+        assert torch.equal(out.a_next.cpu(), own.a_next)
+        assert torch.equal(out.mantissa_bits.cpu(), own.mantissa_bits)
+        agree = nvfp4.agreement(want.q.codes.cpu(), out.q.codes.cpu())["equal_fraction"]
+        assert agree >= 0.999, (name, tile, agree)
+
+
+@pytest.mark.parametrize("tokens,skew", [(1, 0.0), (64, 0.0), (300, 3.0), (1024, 0.0)])
+def test_down_combine_matches_reference(shape, tokens, skew):
+    name, (e, h, i, k) = shape
+    p = problem(name, tokens, 200 + tokens, skew)
+    m = p.routing.num_rows
+    gen = torch.Generator(device="cuda").manual_seed(tokens)
+    a = torch.randn(m, i, device="cuda", generator=gen).to(torch.bfloat16)  # sorted rows
+    s_a = torch.rand(m, device="cuda", generator=gen) + 0.5
+    want = ref.moe_down_ref(a, p.down, p.routing, row_scale=s_a)
+    for tile in TILES:
+        out = torch.full_like(want, float("nan"))
+        ys = torch.full((m, h), float("nan"), device="cuda")
+        got = ops.moe_down(a, p.down, p.routing, row_scale=s_a, tile=tile, out=out, slot_workspace=ys)
+        torch.cuda.synchronize()
+        assert not got.isnan().any()
+        assert _rel(got, want) <= 2e-3, (name, tile, _rel(got, want))
+
+
+def _pipeline(x, ids, weights, p, tile):
+    """W4A4 gate_up (fused) -> down (combine) for tokens x [T, H]; returns (h, codes, y) in slot order."""
+    routing = route(ids, p.gate_up.num_experts, weights)
+    a, s_a = ref.quantize_activations(x)
+    up = ops.moe_gate_up(a, p.gate_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, tile=tile)
+    y = ops.moe_down(up.a_next, p.down, routing, row_scale=up.q.scale, tile=tile)
+    slots = routing.slot_rows.long()  # [T, k]
+    return up.h[slots], up.q.codes[slots], y
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b"])
+def test_batch_invariance(name):
+    """A token's outputs are bitwise identical for batch sizes 1/64/4096 and every tile choice."""
+    e, h, i, k = SHAPES[name]
+    p = problem(name, 1, 3)
+    gen = torch.Generator().manual_seed(11)
+    probe_x = torch.randn(1, h, generator=gen).to("cuda", torch.bfloat16)
+    probe_ids = random_topk(1, e, k, gen).to("cuda")
+    probe_w = torch.softmax(torch.randn(1, k, generator=gen), 1).to("cuda")
+    baseline = None
+    for batch in (1, 64, 4096):
+        x = torch.randn(batch, h, generator=gen).to("cuda", torch.bfloat16)
+        ids = random_topk(batch, e, k, gen, skew=2.0).to("cuda")
+        w = torch.softmax(torch.randn(batch, k, generator=gen), 1).to("cuda")
+        pos = int(torch.randint(0, batch, (1,), generator=gen))
+        x[pos], ids[pos], w[pos] = probe_x[0], probe_ids[0], probe_w[0]
+        for tile in [None, *TILES]:
+            hh, codes, y = _pipeline(x, ids, w, p, tile)
+            got = (hh[pos], codes[pos], y[pos])
+            if baseline is None:
+                baseline = got
+                continue
+            for g, b, what in zip(got, baseline, ("h", "codes", "y")):
+                assert torch.equal(g, b), f"{what} differs at batch {batch}, tile {tile}"
+
+
+def test_cuda_graph_replay_matches_eager():
+    """The layer captured in a CUDA graph (validate=False: no host syncs) replays to the eager result,
+    also on new inputs copied into the captured buffers (the fused epilogue's tile counters reset)."""
+    _, h, i, _ = SHAPES["qwen3-30b-a3b"]
+    p = problem("qwen3-30b-a3b", 64, 21)
+    r = p.routing
+    x, s_a = p.a.clone(), p.s_a.clone()
+    up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
+    y = torch.empty(64, h, dtype=torch.bfloat16, device="cuda")
+
+    def layer():
+        up = ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, row_scale=s_a, validate=False,
+                             out=up_out)
+        ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y)
+
+    layer()  # warm up: builds, loads, allocates the tile counters
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layer()
+    for seed in (1, 2):
+        fresh = problem("qwen3-30b-a3b", 64, 21 + seed)
+        x.copy_(fresh.a)
+        s_a.copy_(fresh.s_a)
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = y.clone()
+        up = ops.moe_gate_up(fresh.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=fresh.s_a)
+        eager = ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale)  # same routing r as captured
+        assert torch.equal(replayed, eager)
+
+
+def test_nonfinite_swiglu_sets_the_status_word():
+    """An overflowing SwiGLU row is reported (ops.raise_on_nonfinite), as the reference raises."""
+    from trace_kernels.ops import raise_on_nonfinite
+    p = problem("tiny", 16, 31)
+    r = p.routing
+    x = (p.x.float() * 1e30).to(torch.bfloat16)  # finite input; W4A16 accumulators overflow in SwiGLU
+    raise_on_nonfinite(x.device)  # start clean
+    ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, tile=TILES[0])
+    with pytest.raises(ValueError, match="non-finite"):
+        raise_on_nonfinite(x.device)
+    with pytest.raises(ValueError, match="non-finite"):
+        ref.moe_gate_up_ref(x.cpu(), p.gate_up.to("cpu"), r.offsets.cpu(), row_index=r.row_index.cpu())
+
+
+def test_bad_inputs_raise_before_launch():
+    p = problem("tiny", 16, 9)
+    r = p.routing
+    misaligned = torch.empty(p.a.numel() + 1, dtype=torch.bfloat16, device="cuda")[1:].view_as(p.a)
+    misaligned.copy_(p.a)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        ops.moe_gemm(misaligned, p.gate_up, r.offsets, row_index=r.row_index)
+    bad = r.offsets.clone()
+    bad[-1] += 1
+    with pytest.raises(ValueError, match="must equal the number of routed rows"):
+        ops.moe_gemm(p.a, p.gate_up, bad, row_index=r.row_index)
+    with pytest.raises(ValueError, match="row_index values"):
+        ops.moe_gemm(p.a, p.gate_up, r.offsets, row_index=r.row_index + 1000)
+    with pytest.raises(ValueError, match="is on cpu"):
+        ops.moe_gemm(p.a, p.gate_up, r.offsets.cpu(), row_index=r.row_index)

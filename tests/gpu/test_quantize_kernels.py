@@ -1,0 +1,277 @@
+"""GPU kernels vs the reference, bit for bit (sm_90a; skipped without one).
+
+Outputs are poisoned (TRACE_KERNELS_POISON_OUTPUTS=1, refit buffers filled by hand) so an unwritten
+element fails. Inputs are fresh random values with zero rows, huge outliers (which push other blocks'
+E4M3 scales into the subnormal range), D = 16 and odd row counts. `-k "not large"` is the subset
+run under compute-sanitizer.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from trace_kernels import nvfp4, ops
+from trace_kernels.ops.guided_fake_quantize import reference_counters
+from trace_kernels.runtime import kernel as runtime_kernel
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setenv("TRACE_KERNELS_POISON_OUTPUTS", "1")
+    yield
+    ops.raise_on_nonfinite()  # no test may leave a raised flag behind
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """Exact bit pattern for comparison (also distinguishes -0 / +0 and NaN payloads)."""
+    t = t.contiguous()
+    return t.view(torch.uint8) if t.element_size() == 1 else t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    g, w = bits(got).cpu(), bits(want).cpu()
+    bad = (g != w)
+    if bad.any():
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {g.numel()} differ; first at {first}: "
+                             f"{got.cpu()[first]!r} vs {want.cpu()[first]!r}")
+
+
+def make_input(rows: int, d: int, dtype: torch.dtype, seed: int, device="cuda") -> torch.Tensor:
+    """Random rows with per-row magnitudes over 2^-20..2^20, a zero row, a huge-outlier row and a
+    row whose small blocks get subnormal E4M3 block scales."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, d, generator=g) * torch.exp2(torch.randint(-20, 21, (rows, 1), generator=g).float())
+    if rows > 2:
+        x[1] = 0.0
+        x[2, int(torch.randint(0, d, (1,), generator=g))] *= 3e4  # one outlier
+    if rows > 3 and d > 16:
+        x[3] = torch.randn(d, generator=g) * 1e-2
+        x[3, 0] = 1e3  # other blocks: bamax / (6 s) ~ 1e-2 -> subnormal E4M3 block scales
+    if dtype != torch.float32:
+        limit = torch.finfo(dtype).max / 4
+        x = x.clamp(-limit, limit)
+    return x.to(dtype).to(device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,d", [(1, 16), (7, 16), (33, 64), (5, 128), (17, 768), (9, 2048), (3, 4096),
+                                    (4, 8192)])
+def test_quantize_bitexact(dtype, rows, d):
+    x = make_input(rows, d, dtype, seed=rows * 131 + d)
+    r = ops.quantize(x, guidance=True, dequant=True)
+    ref = nvfp4.quantize(x.cpu())
+    assert_same_bits(r.q.codes, ref.codes, "codes")
+    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
+    assert_same_bits(r.q.scale, ref.scale, "scale")
+    assert_same_bits(r.mantissa_bits, nvfp4.make_guidance(ref).mantissa_bits, "mantissa_bits")
+    assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+    scale_bits = ref.block_scales.view(torch.uint8)
+    subnormal = ((scale_bits & 0x78) == 0) & (scale_bits != 0)
+    assert rows <= 3 or d == 16 or subnormal.any(), "the input should exercise subnormal block scales"
+
+
+def test_quantize_optional_outputs_and_leading_axes():
+    x = make_input(24, 256, torch.bfloat16, seed=5).reshape(2, 3, 4, 256)
+    r = ops.quantize(x)
+    assert r.mantissa_bits is None and r.dequant is None
+    ref = nvfp4.quantize(x.cpu())
+    assert_same_bits(r.q.codes, ref.codes, "codes")
+    assert_same_bits(r.q.scale, ref.scale, "scale")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_quantize_many_rows_per_cta(dtype):
+    """Thousands of CTAs, rows of 4096 (two warps per row, shared-memory reduction)."""
+    x = make_input(2049, 4096, dtype, seed=17)
+    r = ops.quantize(x, guidance=True, dequant=True)
+    ref = nvfp4.quantize(x)
+    assert_same_bits(r.q.codes, ref.codes, "codes")
+    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
+    assert_same_bits(r.q.scale, ref.scale, "scale")
+    assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+
+
+def test_quantize_large():
+    x = make_input(16383, 2048, torch.bfloat16, seed=11)  # 67 MB, odd rows
+    r = ops.quantize(x, guidance=True, dequant=True)
+    ref = nvfp4.quantize(x)  # the reference on the GPU (divisions by device tensors: exact)
+    assert_same_bits(r.q.codes, ref.codes, "codes")
+    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
+    assert_same_bits(r.q.scale, ref.scale, "scale")
+    assert_same_bits(r.mantissa_bits, nvfp4.make_guidance(ref).mantissa_bits, "mantissa_bits")
+    assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+
+
+def trainer_view(x: torch.Tensor, seed: int, eps: float = 1e-2) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    noise = (torch.rand(x.shape, generator=g) * 2 - 1).to(x.device) * eps
+    return (x.float() * (1 + noise)).to(x.dtype)
+
+
+@pytest.mark.parametrize("mode", ["compact", "full"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,d", [(1, 16), (7, 64), (33, 768), (5, 2048), (3, 4096)])
+def test_guided_fake_quantize_bitexact(mode, dtype, rows, d):
+    x_r = make_input(rows, d, dtype, seed=rows + d)
+    guidance = nvfp4.make_guidance(ops.quantize(x_r).q, mode)
+    x_t = trainer_view(x_r, seed=d)
+    out, counters = ops.guided_fake_quantize(x_t, guidance, return_counters=True)
+    guidance_cpu = guidance.to("cpu")
+    assert_same_bits(out, nvfp4.guided_fake_quantize(x_t.cpu(), guidance_cpu), "guided output")
+    want = reference_counters(x_t.cpu(), guidance_cpu)
+    assert counters.cpu().tolist() == want.tolist()
+    # on the rollout's own values guided rounding reproduces the rollout exactly
+    assert_same_bits(ops.guided_fake_quantize(x_r, guidance), nvfp4.fake_quantize(x_r.cpu()), "self-guided")
+
+
+def test_guided_tensor_scale_guidance_and_grad():
+    x_r = make_input(6, 128, torch.bfloat16, seed=3)
+    guidance = nvfp4.make_guidance(nvfp4.quantize(x_r, scale="tensor"), "compact")
+    x_t = trainer_view(x_r, seed=4).requires_grad_()
+    out = ops.guided_fake_quantize(x_t, guidance)
+    assert_same_bits(out.detach(), nvfp4.guided_fake_quantize(x_t.detach().cpu(), guidance.to("cpu")), "out")
+    out.float().pow(2).sum().backward()
+    assert_same_bits(x_t.grad, (2 * out.detach().float()).to(torch.bfloat16), "straight-through grad")
+
+
+def test_guided_large():
+    x_r = make_input(8191, 2048, torch.bfloat16, seed=21)
+    guidance = nvfp4.make_guidance(ops.quantize(x_r).q, "full")
+    x_t = trainer_view(x_r, seed=22)
+    out, counters = ops.guided_fake_quantize(x_t, guidance, return_counters=True)
+    assert_same_bits(out, nvfp4.guided_fake_quantize(x_t, guidance), "guided output")
+    assert int(counters[0]) == x_t.numel()
+    assert int(counters[2]) > 0.999 * x_t.numel() > int(counters[3])  # guidance beats round-to-nearest
+
+
+def _refit_check(experts, n, k, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(experts, n, k, generator=g) * torch.exp2(torch.randint(-8, 9, (experts, 1, 1), generator=g).float()))
+    w[0] = 0.0
+    if experts > 1:
+        w[1, n // 2, k // 3] *= 1e4
+    w = w.to(dtype).cuda()
+    buffers = ops.allocate_refit_buffers(experts, n, k, "cuda")
+    for t in (buffers.codes, buffers.block_scales, buffers.scale):
+        t.view(torch.uint8).fill_(0xFF)
+    addresses = [t.data_ptr() for t in (buffers.codes, buffers.block_scales, buffers.scale)]
+    ops.refit_weights(w, buffers)
+    assert addresses == [t.data_ptr() for t in (buffers.codes, buffers.block_scales, buffers.scale)]
+    on_cpu = experts * n * k <= 1 << 22
+    for e in range(experts):
+        ref = nvfp4.quantize(w[e].cpu() if on_cpu else w[e], scale="tensor")
+        assert_same_bits(buffers.codes[e], ref.codes, f"codes[{e}]")
+        assert_same_bits(buffers.block_scales[e], ref.block_scales, f"block_scales[{e}]")
+        assert_same_bits(buffers.scale[e], ref.scale, f"scale[{e}]")
+    return w, buffers
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("experts,n,k", [(1, 1, 16), (5, 33, 96), (3, 7, 4096), (9, 129, 768)])
+def test_refit_bitexact(dtype, experts, n, k):
+    _refit_check(experts, n, k, dtype, seed=experts * n + k)
+
+
+@pytest.mark.parametrize("grid,per_group", [(6, 2), (7, 2), (5, 5)])
+def test_refit_forced_plans(monkeypatch, grid, per_group):
+    """Many tiles per CTA (re-read path), a leftover CTA outside any group, one group for all."""
+    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, per_group))
+    _refit_check(3, 1024, 1024, torch.bfloat16, seed=grid)
+
+
+def test_refit_large():
+    _refit_check(128, 1536, 2048, torch.bfloat16, seed=7)  # a Qwen3-30B-A3B gate_up layer, 805 MB
+
+
+def test_refit_graph_replay_keeps_addresses():
+    w = torch.randn(4, 64, 256, dtype=torch.bfloat16, device="cuda")
+    buffers = ops.allocate_refit_buffers(4, 64, 256, "cuda")
+    ops.refit_weights(w, buffers)  # warm up (build, status buffer) outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops.refit_weights(w, buffers)
+    w.copy_(torch.randn_like(w))
+    graph.replay()
+    torch.cuda.synchronize()
+    for e in range(4):
+        assert_same_bits(buffers.codes[e], nvfp4.quantize(w[e].cpu(), scale="tensor").codes, f"codes[{e}]")
+
+
+def test_nonfinite_flag_quantize():
+    x = make_input(8, 64, torch.bfloat16, seed=1)
+    x[5, 17] = float("nan")
+    x[6, 3] = float("inf")
+    x[6, 40] = float("-inf")
+    r = ops.quantize(x)  # no host sync, no exception yet
+    with pytest.raises(ValueError, match=r"nvfp4_quantize .* 3 non-finite .* row 5, column 17"):
+        ops.raise_on_nonfinite()
+    ops.raise_on_nonfinite()  # cleared
+    ref = nvfp4.quantize(x[:5].cpu())  # rows without NaN/Inf are still exact
+    assert_same_bits(r.q.codes[:5], ref.codes, "finite rows")
+
+
+def test_nonfinite_flag_guided_and_refit():
+    x = make_input(4, 32, torch.float32, seed=2)
+    guidance = nvfp4.make_guidance(ops.quantize(x).q)
+    x[2, 9] = float("nan")
+    ops.guided_fake_quantize(x, guidance)
+    with pytest.raises(ValueError, match=r"guided_fake_quantize .* 1 non-finite .* row 2, column 9"):
+        ops.raise_on_nonfinite()
+    w = torch.randn(3, 8, 32, device="cuda", dtype=torch.bfloat16)
+    buffers = ops.refit_weights(w, ops.allocate_refit_buffers(3, 8, 32, "cuda"))
+    before = buffers.codes[1].clone()
+    w2 = torch.randn_like(w)
+    w2[1, 4, 5] = float("inf")
+    ops.refit_weights(w2, buffers)
+    with pytest.raises(ValueError, match=r"refit_weights .* 1 non-finite .* row 12, column 5"):
+        ops.raise_on_nonfinite()
+    assert torch.equal(buffers.codes[1], before)  # the bad expert keeps its previous weights
+    assert_same_bits(buffers.codes[2], nvfp4.quantize(w2[2].cpu(), scale="tensor").codes, "good expert")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    count = []
+    original = runtime_kernel.CudaKernel.launch
+    monkeypatch.setattr(runtime_kernel.CudaKernel, "launch", lambda self, *a, **k: (count.append(self.name),
+                                                                                     original(self, *a, **k))[1])
+    return count
+
+
+def test_bad_inputs_rejected_before_launch(launches):
+    good = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
+    ops.quantize(good)
+    assert len(launches) == 1
+    base = torch.randn(4 * 64 + 1, device="cuda", dtype=torch.bfloat16)
+    bad_inputs = [
+        (torch.randn(64, 4, device="cuda", dtype=torch.bfloat16).t(), ValueError, "contiguous"),
+        (base[1:].view(4, 64), ValueError, "aligned"),
+        (good.to(torch.float64), TypeError, "dtype"),
+        (good.to(torch.int32), TypeError, "dtype"),
+        (torch.randn(4, 24, device="cuda"), ValueError, "multiple of 16"),
+        (torch.randn((), device="cuda"), ValueError, "axis"),
+    ]
+    for x, error, text in bad_inputs:
+        with pytest.raises(error, match=text):
+            ops.quantize(x)
+    guidance = nvfp4.make_guidance(ops.quantize(good).q)
+    launches.clear()
+    with pytest.raises(ValueError, match="shape"):
+        ops.guided_fake_quantize(good[:, :32].contiguous(), guidance)
+    with pytest.raises(ValueError, match="on cpu"):
+        ops.guided_fake_quantize(good, guidance.to("cpu"))
+    with pytest.raises(ValueError, match=r"\[E, N, K\]"):
+        ops.refit_weights(good, ops.allocate_refit_buffers(1, 4, 64, "cuda"))
+    with pytest.raises(ValueError, match="out.codes"):
+        ops.refit_weights(good.view(1, 4, 64), ops.allocate_refit_buffers(1, 4, 32, "cuda"))
+    assert launches == []

@@ -1,0 +1,127 @@
+"""Code generation: deterministic rendering, stable names, write-if-different, wheel layout, compile."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from trace_kernels import codegen, paths, shapes
+from trace_kernels.codegen.ops import guided_fake_quantize, quantize, refit_weights
+
+MY_OPS = ["nvfp4_quantize", "nvfp4_guided_fake_quantize", "nvfp4_refit_weights"]
+
+
+@pytest.mark.parametrize("preset", sorted(shapes.PRESETS))
+def test_every_preset_renders_deterministically(preset):
+    specs = codegen.specs_for_shape(shapes.preset(preset))
+    assert specs, preset
+    for spec in specs:
+        first, second = spec.render(), spec.render()
+        assert first == second
+        assert spec.name in first, "the extern C symbol is the kernel name"
+        assert "{{" not in first and "{%" not in first
+
+
+def test_names_are_stable():
+    names = [s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"), MY_OPS)]
+    assert names == [
+        "nvfp4_guided_fake_quantize_bf16_d128_sm90a", "nvfp4_guided_fake_quantize_bf16_d2048_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_d768_sm90a", "nvfp4_quantize_bf16_d128_sm90a",
+        "nvfp4_quantize_bf16_d2048_sm90a", "nvfp4_quantize_bf16_d768_sm90a", "nvfp4_refit_weights_bf16_sm90a"]
+    assert quantize.spec("f32", 16).name == "nvfp4_quantize_f32_d16_sm90a"
+    assert guided_fake_quantize.spec("f16", 4096).name == "nvfp4_guided_fake_quantize_f16_d4096_sm90a"
+
+
+def test_torch_dtypes_and_names_agree():
+    import torch
+    assert quantize.spec(torch.bfloat16, 64) == quantize.spec("bf16", 64)
+    with pytest.raises(TypeError):
+        quantize.spec(torch.int8, 64)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        quantize.spec("bf16", 24)
+
+
+def test_tiling_covers_rows():
+    for dtype in ("bf16", "f32"):
+        for d in (16, 48, 64, 768, 1536, 2048, 4096, 16384):
+            tpr, cta = quantize.tiling(dtype, d)
+            assert tpr >= 2 and tpr & (tpr - 1) == 0 and cta % tpr == 0 and cta <= 1024
+            slots = -(-(d // 8) // tpr)
+            assert slots * tpr >= d // 8 and slots <= 16
+
+
+def test_registry_discovers_op_modules():
+    ops = codegen.all_ops()
+    for name in MY_OPS:
+        assert name in ops and ops[name].description
+    with pytest.raises(ValueError, match="unknown op"):
+        codegen.specs_for_shape(shapes.preset("tiny"), ["no_such_op"])
+
+
+def test_shapes_custom_and_hf_config(tmp_path):
+    shape = shapes.parse_custom("E=128,H=2048,I=768,k=8,hq=32,hkv=4,hd=128")
+    assert (shape.experts, shape.hidden, shape.intermediate, shape.top_k) == (128, 2048, 768, 8)
+    assert shapes.preset("qwen3-30b-a3b").intermediate == 768
+    assert shapes.preset("qwen3-235b-a22b").hidden == 4096
+    with pytest.raises(ValueError, match="lacks"):
+        shapes.parse_custom("E=8,H=256")
+    with pytest.raises(ValueError, match="multiple of 16"):
+        shapes.parse_custom("E=8,H=250,I=128,k=2,hq=4,hkv=2,hd=64")
+    config = {"model_type": "qwen3_moe", "num_experts": 128, "hidden_size": 2048, "moe_intermediate_size": 768,
+              "num_experts_per_tok": 8, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    from_hf = shapes.from_hf_config(path)
+    assert from_hf.hidden == 2048 and from_hf.kv_heads == 4 and from_hf.name == "qwen3_moe"
+    assert shapes.resolve(str(path)).experts == 128
+    assert shapes.resolve("tiny") is shapes.PRESETS["tiny"]
+
+
+def test_generate_writes_only_changed_files(tmp_path):
+    specs = codegen.specs_for_shape(shapes.preset("tiny"), MY_OPS)
+    written = codegen.generate(specs, tmp_path)
+    assert len(written) == len(specs) + 1  # sources + manifest
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert set(manifest) == {s.name for s in specs}
+    assert all(item["nvcc_flags"] and item["source_key"] for item in manifest.values())
+    source = tmp_path / f"{specs[0].name}.cu"
+    mtime = source.stat().st_mtime_ns
+    os.utime(source, ns=(mtime - 10**9, mtime - 10**9))
+    assert codegen.generate(specs, tmp_path) == []
+    assert source.stat().st_mtime_ns == mtime - 10**9, "unchanged content must not be rewritten"
+    source.write_text("// stale\n")
+    assert codegen.generate(specs, tmp_path) == [source]
+
+
+def test_templates_found_in_wheel_layout(tmp_path, monkeypatch):
+    """An installed wheel has no checkout: data comes from trace_kernels/_data (setup.py copies it)."""
+    root = paths.checkout_root()
+    data = tmp_path / "_data"
+    shutil.copytree(root / "codegen" / "templates", data / "templates")
+    shutil.copytree(root / "cuda" / "include", data / "include")
+    monkeypatch.setattr(paths, "checkout_root", lambda: None)
+    monkeypatch.setattr(paths, "DATA_DIR", data)
+    spec = quantize.spec("bf16", 64)
+    assert paths.templates_dir() == data / "templates"
+    assert paths.include_dir() == data / "include"
+    assert spec.name in spec.render()
+    monkeypatch.setattr(paths, "DATA_DIR", tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="broken install"):
+        paths.templates_dir()
+
+
+@pytest.mark.nvcc
+def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
+    """A few small kernels through the real nvcc (every op, every input dtype once)."""
+    from trace_kernels import jit
+    from trace_kernels.jit import compiler
+    monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
+    specs = [quantize.spec("bf16", 64), guided_fake_quantize.spec("f32", 16), refit_weights.spec("f16")]
+    entries = jit.build_all(specs, jobs=2)
+    for spec, entry in zip(specs, entries):
+        assert entry.is_valid() and entry.cubin.read_bytes()[:4] == b"\x7fELF", spec.name
+        report = compiler.parse_ptxas((entry.folder / "ptxas.txt").read_text())
+        assert report.registers > 0 and report.spill_stores == 0 and report.stack_frame == 0, spec.name

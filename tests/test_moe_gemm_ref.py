@@ -1,0 +1,239 @@
+"""CPU tests of the NVFP4 MoE GEMM reference, the weight layout, routing and input validation."""
+
+import pytest
+import torch
+
+from trace_kernels import moe_gemm_ref as G
+from trace_kernels import moe_layout as L
+from trace_kernels import moe_routing as R
+from trace_kernels import nvfp4
+from trace_kernels.moe_testing import make_problem
+
+E, H, I, K_TOP, T = 4, 128, 64, 2, 9
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return make_problem(E, H, I, K_TOP, T, seed=1)
+
+
+def _dequant64(w: L.MoEWeights) -> torch.Tensor:
+    return L.dequantize_weights(w).to(torch.float64)  # [E, N, K]
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+# ---------------------------------------------------------------------------------------------
+
+def test_pack_unpack_roundtrip():
+    gen = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 256, (2, 128, 64), dtype=torch.uint8, generator=gen)  # [E, N, K/2]
+    scales = torch.randint(0, 120, (2, 128, 8), dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+    w = L.pack_weights(codes, scales, torch.rand(2))
+    c, s, _ = L.unpack_weights(w)
+    assert torch.equal(c, codes) and torch.equal(s.view(torch.uint8), scales.view(torch.uint8))
+
+
+def test_pack_in_place_keeps_addresses():
+    w = torch.randn(2, 128, 128)
+    packed = L.quantize_weights(w)
+    dst = L.MoEWeights(torch.zeros_like(packed.codes), torch.zeros_like(packed.block_scales.view(torch.uint8)).view(
+        torch.float8_e4m3fn), torch.zeros_like(packed.scale))
+    ptrs = (dst.codes.data_ptr(), dst.block_scales.data_ptr(), dst.scale.data_ptr())
+    L.pack_weights_(dst, *L.unpack_weights(packed))
+    assert ptrs == (dst.codes.data_ptr(), dst.block_scales.data_ptr(), dst.scale.data_ptr())
+    assert torch.equal(dst.codes, packed.codes) and torch.equal(dst.scale, packed.scale)
+    assert torch.equal(dst.block_scales.view(torch.uint8), packed.block_scales.view(torch.uint8))
+
+
+def test_packed_bytes_are_the_wgmma_fragments():
+    """Thread i = 32w + 4g + q, k16 step j: bytes 4j..4j+3 = a0..a3 (rows r, r+8; k, k+8)."""
+    gen = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, 256, (1, 128, 64), dtype=torch.uint8, generator=gen)
+    scales = torch.randint(0, 120, (1, 128, 8), dtype=torch.uint8, generator=gen)
+    w = L.pack_weights(codes, scales.view(torch.float8_e4m3fn), torch.ones(1))
+    packed, packed_scales = w.codes, w.block_scales.view(torch.uint8)
+    for t, c, w_, g, q, j in [(0, 0, 0, 0, 0, 0), (1, 1, 3, 7, 3, 3), (0, 1, 2, 5, 1, 2), (1, 0, 1, 3, 2, 1)]:
+        thread = 32 * w_ + 4 * g + q
+        r = 64 * t + 16 * w_ + g
+        k = 64 * c + 16 * j + 2 * q
+        got = packed[0, t, c, 16 * thread + 4 * j: 16 * thread + 4 * j + 4].tolist()
+        want = [codes[0, r, k // 2], codes[0, r + 8, k // 2], codes[0, r, (k + 8) // 2], codes[0, r + 8, (k + 8) // 2]]
+        assert got == [int(v) for v in want]
+        sc = packed_scales[0, t, c, 64 * w_ + 8 * g + 2 * j: 64 * w_ + 8 * g + 2 * j + 2].tolist()
+        assert sc == [int(scales[0, r, 4 * c + j]), int(scales[0, r + 8, 4 * c + j])]
+
+
+def test_quantize_weights_is_per_expert_tensor_scale():
+    w = torch.randn(3, 64, 64)
+    packed = L.quantize_weights(w)
+    codes, block_scales, scale = L.unpack_weights(packed)
+    for e in range(3):
+        q = nvfp4.quantize(w[e], scale="tensor")
+        assert torch.equal(codes[e], q.codes) and torch.equal(scale[e], q.scale)
+        assert torch.equal(block_scales[e].view(torch.uint8), q.block_scales.view(torch.uint8))
+        # (value * b) * s here vs value * (b * s) in nvfp4.dequantize: equal up to one FP32 rounding
+        torch.testing.assert_close(L.dequantize_weights(packed)[e], nvfp4.dequantize(q), rtol=2e-7, atol=0)
+
+
+def test_interleave_split_roundtrip():
+    gate, up = torch.randn(2, 32, 16), torch.randn(2, 32, 16)
+    fused = L.interleave_gate_up(gate, up)  # [2, 64, 16]
+    assert torch.equal(fused[:, 0:8], gate[:, 0:8]) and torch.equal(fused[:, 8:16], up[:, 0:8])
+    g2, u2 = L.split_gate_up(fused.transpose(1, 2))  # columns in fused-row order
+    assert torch.equal(g2, gate.transpose(1, 2)) and torch.equal(u2, up.transpose(1, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# routing
+# ---------------------------------------------------------------------------------------------
+
+def test_route_sorts_stably_and_inverts():
+    ids = torch.tensor([[2, 0], [0, 1], [2, 3], [0, 2]])
+    r = R.route(ids, 5, torch.rand(4, 2))
+    assert r.offsets.tolist() == [0, 3, 4, 7, 8, 8]  # expert 4 has zero rows
+    assert r.row_index.tolist() == [0, 1, 3, 1, 0, 2, 3, 2]  # within an expert: token order
+    for t in range(4):
+        for j in range(2):
+            m = int(r.slot_rows[t, j])
+            assert int(r.row_index[m]) == t and r.offsets[ids[t, j]] <= m < r.offsets[ids[t, j] + 1]
+    with pytest.raises(ValueError, match="topk_ids must lie"):
+        R.route(torch.tensor([[5]]), 5)
+
+
+# ---------------------------------------------------------------------------------------------
+# reference vs a naive per-slot loop in FP64
+# ---------------------------------------------------------------------------------------------
+
+def _naive_slots(a64, s_a, w64, s_w, ids):
+    """y[t, j, :] = (a[t] . W_e) * (s_w[e] * s_a[t]) in FP64 for e = ids[t, j]."""
+    out = torch.empty(*ids.shape, w64.shape[1], dtype=torch.float64)
+    for t in range(ids.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            out[t, j] = (w64[e] @ a64[t]) * float(s_w[e]) * float(s_a[t])
+    return out
+
+
+def _close(got, want, tol=2e-3):
+    rel = float((got.double() - want.double()).norm() / want.double().norm())
+    assert rel <= tol, rel
+
+
+@pytest.mark.parametrize("w4a4", [True, False])
+def test_plain_matches_naive(problem, w4a4):
+    p = problem
+    a, s_a = (p.a, p.s_a) if w4a4 else (p.x, None)
+    y = G.moe_gemm_ref(a, p.gate_up, p.routing.offsets, row_index=p.routing.row_index, row_scale=s_a)
+    ones = torch.ones(T)
+    naive = _naive_slots(a.double(), s_a if w4a4 else ones, _dequant64(p.gate_up) / p.gate_up.scale.view(-1, 1, 1).double(),
+                         p.gate_up.scale, p.topk_ids)  # [T, k, 2I]
+    # sorted row m holds the slot (t, j) with slot_rows[t, j] == m
+    flat = naive.reshape(T * K_TOP, -1)
+    order = torch.empty(T * K_TOP, dtype=torch.long)
+    order[p.routing.slot_rows.reshape(-1).long()] = torch.arange(T * K_TOP)
+    _close(y, flat[order], 4e-3)
+    y64 = G.moe_gemm_ref(a, p.gate_up, p.routing.offsets, row_index=p.routing.row_index, row_scale=s_a,
+                         acc_dtype=torch.float64)
+    assert (y64 == flat[order].to(torch.bfloat16)).float().mean() > 0.99
+
+
+def test_gate_up_fused_matches_naive(problem):
+    p = problem
+    out = G.moe_gate_up_ref(p.a, p.gate_up, p.routing.offsets, row_index=p.routing.row_index, row_scale=p.s_a)
+    w64 = _dequant64(p.gate_up) / p.gate_up.scale.view(-1, 1, 1).double()
+    flat = _naive_slots(p.a.double(), p.s_a, w64, p.gate_up.scale, p.topk_ids).reshape(T * K_TOP, -1)
+    order = torch.empty(T * K_TOP, dtype=torch.long)
+    order[p.routing.slot_rows.reshape(-1).long()] = torch.arange(T * K_TOP)
+    gate, up = L.split_gate_up(flat[order])
+    h64 = gate * torch.sigmoid(gate) * up
+    _close(out.h, h64, 4e-3)
+    q = nvfp4.quantize(out.h)
+    assert torch.equal(out.q.codes, q.codes) and torch.equal(out.q.scale, q.scale)
+    assert torch.equal(out.a_next, nvfp4.dequantize(q, torch.bfloat16, apply_scale=False))
+    assert torch.equal(out.mantissa_bits, nvfp4.make_guidance(q).mantissa_bits)
+
+
+def test_down_combine_matches_naive(problem):
+    p = problem
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(T * K_TOP, I, generator=gen).to(torch.bfloat16)  # sorted rows
+    s_a = torch.rand(T * K_TOP, generator=gen) + 0.5
+    y = G.moe_down_ref(a, p.down, p.routing, row_scale=s_a)  # [T, H]
+    w64 = _dequant64(p.down)
+    want = torch.zeros(T, H, dtype=torch.float64)
+    for t in range(T):
+        for j in range(K_TOP):
+            m = int(p.routing.slot_rows[t, j])
+            e = int(p.topk_ids[t, j])
+            want[t] += float(p.routing.row_weight[m]) * float(s_a[m]) * (w64[e] @ a[m].double())
+    _close(y, want, 4e-3)
+
+
+def test_zero_row_experts_and_single_token():
+    p = make_problem(8, 128, 64, 2, 1, seed=5)
+    assert (p.routing.offsets[1:] - p.routing.offsets[:-1]).eq(0).sum() == 6
+    out = G.moe_gate_up_ref(p.a, p.gate_up, p.routing.offsets, row_index=p.routing.row_index, row_scale=p.s_a)
+    y = G.moe_down_ref(out.a_next, p.down, p.routing, row_scale=out.q.scale)
+    assert y.shape == (1, 128) and torch.isfinite(y.float()).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------
+
+def test_validation_errors(problem):
+    p = problem
+    off, ri = p.routing.offsets, p.routing.row_index
+    call = lambda **kw: G.moe_gemm_ref(**{"a": p.a, "weights": p.gate_up, "offsets": off, "row_index": ri, **kw})  # noqa: E731
+    bad = off.clone()
+    bad[2] = int(off[3]) + 1  # offsets[3] < offsets[2]
+    with pytest.raises(ValueError, match="non-decreasing"):
+        call(offsets=bad)
+    short = off.clone()
+    short[-1] -= 1
+    with pytest.raises(ValueError, match="must equal the number of routed rows"):
+        call(offsets=short)
+    with pytest.raises(TypeError, match="int32"):
+        call(offsets=off.long())
+    with pytest.raises(ValueError, match=r"shape \[E\+1\]"):
+        call(offsets=off[:-1])
+    with pytest.raises(ValueError, match="row_index values"):
+        call(row_index=ri + T)
+    with pytest.raises(TypeError, match="bfloat16"):
+        call(a=p.a.float())
+    with pytest.raises(ValueError, match="has K="):
+        call(a=p.a[:, :64].contiguous())
+    with pytest.raises(ValueError, match="row_scale"):
+        call(row_scale=torch.ones(3))
+    wrong_layout = L.MoEWeights(p.gate_up.codes.reshape(E, -1, 1024), p.gate_up.block_scales, p.gate_up.scale)
+    with pytest.raises(ValueError, match="fragment-ordered"):
+        call(weights=wrong_layout)
+    nan_a = p.a.clone()
+    nan_a[1, 3] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        call(a=nan_a)
+    with pytest.raises(ValueError, match="N % 64"):
+        L.quantize_weights(torch.randn(1, 48, 64))
+
+
+# ---------------------------------------------------------------------------------------------
+# torch ops: CPU tensors dispatch to the reference; fake impls agree with real outputs
+# ---------------------------------------------------------------------------------------------
+
+def test_custom_ops_cpu_and_fake(problem):
+    from trace_kernels import moe_gemm as ops
+    p = problem
+    r, w, d = p.routing, p.gate_up, p.down
+    args = (p.a, w.codes, w.block_scales, w.scale, r.offsets, r.row_index, p.s_a, 0)
+    y = torch.ops.trace_kernels.moe_gemm(*args)
+    assert torch.equal(y, G.moe_gemm_ref(p.a, w, r.offsets, row_index=r.row_index, row_scale=p.s_a))
+    h, codes, bscales, scale, a_next, bits = torch.ops.trace_kernels.moe_gate_up(*args)
+    want = G.moe_gate_up_ref(p.a, w, r.offsets, row_index=r.row_index, row_scale=p.s_a)
+    assert torch.equal(codes, want.q.codes) and torch.equal(bits, want.mantissa_bits)
+    down_args = (a_next, d.codes, d.block_scales, d.scale, r.offsets, r.row_index, r.slot_rows, r.row_weight, scale, 0)
+    out = torch.ops.trace_kernels.moe_down(*down_args)
+    assert torch.equal(out, G.moe_down_ref(a_next, d, r, row_scale=scale))
+    # fp8 inputs rule out opcheck's schema test (allclose on float8); the fake-tensor test applies
+    for op, a in ((ops.moe_gemm_op, args), (ops.moe_gate_up_op, args), (ops.moe_down_op, down_args)):
+        torch.library.opcheck(op, a, test_utils=("test_faketensor",))
