@@ -13,8 +13,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev,kernels]"
 	touch $@
 
+# The main job: SFT warm start then TRACE RL (NVFP4 rollout + guided trainer); `tiny` on a CPU,
+# `small` where torch sees a CUDA GPU. Resumes from RUN_DIR's last checkpoint when re-run.
+RUN_DIR ?= runs/default
 run: $(VENV)/.installed
-	$(PY) -m trace_kernels.demo
+	$(PY) -m trace_rl.cli train --out $(RUN_DIR) --config $$($(PY) -c "import torch; print('rl/configs/default_gpu.toml' if torch.cuda.is_available() else 'rl/configs/default.toml')")
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

@@ -1,7 +1,7 @@
 """Build hooks for trace-kernels (metadata lives in pyproject.toml).
 
 build_py copies the Jinja templates (codegen/templates) and CUDA headers (cuda/include) into the
-wheel as trace_kernels/_data/{templates,include}, and, when nvcc is found, compiles the presets in
+wheel as trace_kernels/_data/{templates,include}, the RL configs (rl/configs) as trace_rl/_configs, and, when nvcc is found, compiles the presets in
 TRACE_KERNELS_AOT (default "tiny"; "0" or empty skips) into trace_kernels/_data/aot with a
 manifest.json. Without nvcc, or for editable installs, the AOT step is skipped with a note: the
 package is pure Python and JIT-compiles kernels on first use.
@@ -31,9 +31,10 @@ class BuildPyWithKernels(build_py):
             _note("editable install: templates and headers are read from the checkout; no AOT build")
             return
         data = Path(self.build_lib) / "trace_kernels" / "_data"
-        for src, dst in (("codegen/templates", "templates"), ("cuda/include", "include")):
-            shutil.rmtree(data / dst, ignore_errors=True)
-            shutil.copytree(ROOT / src, data / dst)
+        for src, dst in (("codegen/templates", data / "templates"), ("cuda/include", data / "include"),
+                         ("rl/configs", Path(self.build_lib) / "trace_rl" / "_configs")):
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(ROOT / src, dst)
         self._build_aot(data / "aot")
 
     def _build_aot(self, out: Path) -> None:

@@ -1,19 +1,33 @@
-"""Bandwidth of the three memory-bound kernels against a device-to-device copy in the same run.
+"""Bandwidth of the three memory-bound kernels, every variant, against a device-to-device copy in
+the same run, plus a study of the copy itself across sizes.
 
     python profiling/bench_memory_kernels.py --out profiling/results/memory_kernels_h200.json
 
 For each size (input bytes, 1 MB .. 1 GB): BF16 x [rows, 2048] for quantize (plain, and with
-guidance bits + BF16 operand) and guided_fake_quantize (compact, full guidance); expert weights
-[E, 1536, 2048] for refit_weights. Bandwidth = (bytes read once + bytes written once) / time;
-time = median over CUDA-graph replays of calls rotating over fresh input sets (working set >= 4x
-L2), so neither host overhead nor L2 reuse flatters a kernel. Copy = torch copy_ of the same input
-bytes (read + write counted). Target: >= 85% of the copy bandwidth at >= 64 MB.
+guidance bits + BF16 operand) and guided_fake_quantize (compact with and without counters, full
+guidance with counters); expert weights [E, 1536, 2048] for refit_weights. Every kernel variant of
+the codegen modules' VARIANTS is timed (rows "kernel [vN]").
+
+Bandwidth = minimal bytes (every input read once, every output written once) / time; time = median
+over CUDA-graph replays of calls rotating over fresh input sets (working set >= 4x L2), so neither
+host overhead nor L2 reuse flatters a kernel. refit_weights v2 reads w twice (an amax pass and a
+quantize pass): its rows also carry "moved_bytes" (4.56 B/element instead of 2.56) and the
+bandwidth on those, but the target is judged on minimal bytes, as for every kernel.
+Copy = torch copy_ of the same input bytes (read + write counted). Target: >= 85% of the copy
+bandwidth at >= 64 MB.
+
+Copy study (--copy-study-mb): the copy at more sizes and by several methods, each rotating over
+separate source/destination pairs: torch copy_ captured in a graph (a memcpy node), the same
+eagerly (cudaMemcpyAsync), and an SM kernel that reads and writes every byte (bitwise_not on int16
+views), to tell whether the slower 1 GB copy of earlier runs is the memcpy path or the memory system.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import importlib
 import json
 import os
 import subprocess
@@ -22,7 +36,10 @@ import sys
 import torch
 
 from trace_kernels import nvfp4, ops
-from trace_kernels.testing.bench import host_overhead_us, time_graph, variants_for
+from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
+from trace_kernels.codegen.ops import quantize as codegen_quantize
+from trace_kernels.codegen.ops import refit_weights as codegen_refit
+from trace_kernels.testing.bench import host_overhead_us, time_eager, time_graph, variants_for
 
 D = 2048
 REFIT_N, REFIT_K = 1536, 2048
@@ -40,7 +57,28 @@ def commit() -> str:
         return "unknown (working tree without git metadata)"
 
 
-def bench_size(size: int, l2: int) -> list[dict]:
+def wanted(args, op: str, name: str = "") -> bool:
+    """--select: comma list of `op` or `op:variant` (op: quantize, guided_fake_quantize, refit_weights,
+    refit_sweep); --skip the same. The copy always runs (every percentage is relative to it)."""
+    def hit(patterns):
+        return any(p in (op, f"{op}:{name}") for p in patterns)
+    select = [p for p in args.select.split(",") if p]
+    skip = [p for p in args.skip.split(",") if p]
+    return (not select or hit(select)) and not hit(skip)
+
+
+@contextlib.contextmanager
+def variant(module, name: str):
+    """Launch `name` of an op's kernel variants inside the block (module = its codegen module)."""
+    saved = module.VARIANT
+    module.VARIANT = name
+    try:
+        yield
+    finally:
+        module.VARIANT = saved
+
+
+def bench_size(size: int, l2: int, args) -> list[dict]:
     rows = max(1, size // (2 * D))
     elems = rows * D
     sets = variants_for(elems * 2, l2)
@@ -56,21 +94,34 @@ def bench_size(size: int, l2: int) -> list[dict]:
     del dst
 
     q_bytes = elems * 2 + elems // 2 + elems // 16 + rows * 4
-    record("quantize", time_graph(lambda i: ops.quantize(xs[i]), sets), q_bytes,
-           {"host_us": host_overhead_us(lambda: ops.quantize(xs[0]))})
-    record("quantize+guidance+bf16", time_graph(lambda i: ops.quantize(xs[i], guidance=True, dequant=True), sets),
-           q_bytes + elems // 8 + elems * 2)
+    for v in codegen_quantize.VARIANTS:
+        if not wanted(args, "quantize", v):
+            continue
+        with variant(codegen_quantize, v):
+            extra = {"variant": v}
+            if args.host_overhead:
+                extra["host_us"] = host_overhead_us(lambda: ops.quantize(xs[0]))
+            record(f"quantize [{v}]", time_graph(lambda i: ops.quantize(xs[i]), sets), q_bytes, extra)
+            record(f"quantize+guidance+bf16 [{v}]",
+                   time_graph(lambda i: ops.quantize(xs[i], guidance=True, dequant=True), sets),
+                   q_bytes + elems // 8 + elems * 2, {"variant": v})
 
-    compact = [ops.quantize(x, guidance=True).guidance() for x in xs]
-    full = [nvfp4.make_guidance(ops.quantize(x).q, "full") for x in xs]
-    trainer = [x * (1 + 1e-2 * torch.randn_like(x)) for x in xs]
-    g_common = elems * 2 + elems // 16 + rows * 4 + elems * 2 + 32  # x, block scales, row scales, out, counters
-    record("guided_fake_quantize compact",
-           time_graph(lambda i: ops.guided_fake_quantize(trainer[i], compact[i], return_counters=True), sets),
-           g_common + elems // 8)
-    record("guided_fake_quantize full",
-           time_graph(lambda i: ops.guided_fake_quantize(trainer[i], full[i], return_counters=True), sets),
-           g_common + elems // 2)
+    guided_variants = [v for v in codegen_guided.VARIANTS if wanted(args, "guided_fake_quantize", v)]
+    compact = [ops.quantize(x, guidance=True).guidance() for x in xs] if guided_variants else []
+    full = [nvfp4.make_guidance(ops.quantize(x).q, "full") for x in xs] if guided_variants else []
+    trainer = [x * (1 + 1e-2 * torch.randn_like(x)) for x in xs] if guided_variants else []
+    g_common = elems * 2 + elems // 16 + rows * 4 + elems * 2  # x, block scales, row scales, out
+    for v in guided_variants:
+        with variant(codegen_guided, v):
+            record(f"guided_fake_quantize compact [{v}]",
+                   time_graph(lambda i: ops.guided_fake_quantize(trainer[i], compact[i], return_counters=True), sets),
+                   g_common + elems // 8 + 32, {"variant": v})
+            record(f"guided_fake_quantize compact no-counters [{v}]",
+                   time_graph(lambda i: ops.guided_fake_quantize(trainer[i], compact[i]), sets),
+                   g_common + elems // 8, {"variant": v})
+            record(f"guided_fake_quantize full [{v}]",
+                   time_graph(lambda i: ops.guided_fake_quantize(trainer[i], full[i], return_counters=True), sets),
+                   g_common + elems // 2 + 32, {"variant": v})
     del compact, full, trainer, xs
 
     n = REFIT_N if size >= REFIT_N * REFIT_K * 2 else max(1, size // (2 * REFIT_K))
@@ -79,33 +130,71 @@ def bench_size(size: int, l2: int) -> list[dict]:
     ws = [torch.randn(experts, n, REFIT_K, device="cuda", dtype=torch.bfloat16) for _ in range(w_sets)]
     buffers = ops.allocate_refit_buffers(experts, n, REFIT_K, "cuda")
     relems = experts * n * REFIT_K
-    record("refit_weights", time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets),
-           relems * 2 + relems // 2 + relems // 16 + experts * 4,
-           {"experts": experts, "n": n, "k": REFIT_K, "host_us": host_overhead_us(lambda: ops.refit_weights(ws[0], buffers))})
-    if size in SWEEP_SIZES:  # how many experts to refit at once (groups); the default plan is "auto"
-        import importlib
-        from trace_kernels.codegen.ops import refit_weights as refit_codegen
+    r_bytes = relems * 2 + relems // 2 + relems // 16 + experts * 4
+    shape = {"experts": experts, "n": n, "k": REFIT_K}
+    for v in codegen_refit.VARIANTS:
+        if not wanted(args, "refit_weights", v):
+            continue
+        with variant(codegen_refit, v):
+            extra = {"variant": v, **shape}
+            if v == "v2":  # the amax pass reads w a second time
+                extra["moved_bytes"] = r_bytes + relems * 2
+            if args.host_overhead:
+                extra["host_us"] = host_overhead_us(lambda: ops.refit_weights(ws[0], buffers))
+            record(f"refit_weights [{v}]", time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets), r_bytes,
+                   extra)
+    if size in SWEEP_SIZES and wanted(args, "refit_sweep"):  # v1: experts refitted at once (groups); default "auto"
         from trace_kernels.runtime import driver, kernel_for
         refit = importlib.import_module("trace_kernels.ops.refit_weights")
-        spec = refit_codegen.spec("bf16")
-        resident = kernel_for(spec).max_active_blocks_per_sm(0, spec.launch["threads"]) * driver.multiprocessor_count(0)
-        for groups in (1, 2, 4, 8, 16):
-            if groups > experts:
-                break
-            refit.PLAN_OVERRIDE = (groups * (resident // groups), resident // groups)
-            try:
-                record(f"refit_weights groups={groups}", time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets),
-                       relems * 2 + relems // 2 + relems // 16 + experts * 4, {"experts": experts, "n": n, "k": REFIT_K})
-            finally:
-                refit.PLAN_OVERRIDE = None
+        with variant(codegen_refit, "v1"):
+            spec = codegen_refit.spec("bf16")
+            per_sm = kernel_for(spec).max_active_blocks_per_sm(0, spec.launch["threads"])
+            resident = per_sm * driver.multiprocessor_count(0)
+            for groups in (1, 2, 4, 8, 16):
+                if groups > experts:
+                    break
+                refit.PLAN_OVERRIDE = (groups * (resident // groups), resident // groups)
+                try:
+                    record(f"refit_weights groups={groups} [v1]",
+                           time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets), r_bytes,
+                           {"variant": "v1", **shape})
+                finally:
+                    refit.PLAN_OVERRIDE = None
     del ws, buffers
     torch.cuda.empty_cache()
     return results
 
 
+def copy_study(sizes_mb: list[int], l2: int) -> list[dict]:
+    """The copy by three methods at each size, rotating over separate source/destination pairs."""
+    out = []
+    for size_mb in sizes_mb:
+        elems = size_mb * MB // 2
+        sets = variants_for(elems * 2, l2)
+        src = [torch.randint(-2**15, 2**15, (elems,), device="cuda", dtype=torch.int16) for _ in range(sets)]
+        dst = [torch.empty_like(s) for s in src]
+        methods = {
+            "copy_ graph (memcpy node)": lambda i: time_graph(lambda j: dst[j].copy_(src[j]), sets),
+            "copy_ eager (cudaMemcpyAsync)": lambda i: time_eager(lambda j: dst[j].copy_(src[j]), sets, replays=30),
+            "SM kernel graph (bitwise_not)":
+                lambda i: time_graph(lambda j: torch.bitwise_not(src[j], out=dst[j]), sets),
+        }
+        for name, timed in methods.items():
+            ms = timed(0)
+            out.append({"method": name, "mb": size_mb, "sets": sets, "ms": ms, "tb_per_s": 2 * elems * 2 / ms / 1e9})
+        del src, dst
+        torch.cuda.empty_cache()
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes-mb", default="1,4,16,64,256,1024")
+    parser.add_argument("--copy-study-mb", default="64,256,512,1024,2048", help="empty: skip the copy study")
+    parser.add_argument("--select", default="", help="only these: op or op:variant, comma separated")
+    parser.add_argument("--skip", default="", help="not these: op or op:variant, comma separated")
+    parser.add_argument("--no-host-overhead", dest="host_overhead", action="store_false",
+                        help="skip the eager host-overhead measurements")
     parser.add_argument("--out", default="profiling/results/memory_kernels_h200.json")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -114,14 +203,17 @@ def main(argv=None) -> int:
     props = torch.cuda.get_device_properties(0)
     results = []
     for size_mb in (int(s) for s in args.sizes_mb.split(",")):
-        results += bench_size(size_mb * MB, props.L2_cache_size)
+        results += bench_size(size_mb * MB, props.L2_cache_size, args)
     ops.raise_on_nonfinite()
+    study = copy_study([int(s) for s in args.copy_study_mb.split(",") if s], props.L2_cache_size)
     copy_at = {r["input_mb"]: r["tb_per_s"] for r in results if r["kernel"] == "copy"}
-    results = [r for r in results if r["kernel"]]
     peak_copy = max(copy_at.values())
     for r in results:
         r["fraction_of_copy"] = r["tb_per_s"] / copy_at[r["input_mb"]]
         r["fraction_of_peak_copy"] = r["tb_per_s"] / peak_copy
+        if "moved_bytes" in r:
+            r["moved_tb_per_s"] = r["moved_bytes"] / r["ms"] / 1e9
+            r["moved_fraction_of_copy"] = r["moved_tb_per_s"] / copy_at[r["input_mb"]]
     report = {
         "gpu": props.name, "sms": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -129,15 +221,24 @@ def main(argv=None) -> int:
         "command": "python profiling/bench_memory_kernels.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "method": "median ms per call over CUDA-graph replays rotating fresh input sets; bytes = read once + write once",
         "target": ">= 0.85 of same-size copy bandwidth at >= 64 MB",
+        "default_variants": {"quantize": codegen_quantize.VARIANT, "guided_fake_quantize": codegen_guided.VARIANT,
+                             "refit_weights": codegen_refit.VARIANT},
         "results": results,
+        "copy_study": study,
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
-    print(f"{'kernel':32s} {'MB':>6s} {'ms':>9s} {'TB/s':>6s} {'copy%':>6s} {'peak%':>6s}")
+    print(f"{'kernel':46s} {'MB':>6s} {'ms':>9s} {'TB/s':>6s} {'copy%':>6s} {'peak%':>6s}")
     for r in results:
-        print(f"{r['kernel']:32s} {r['input_mb']:6.0f} {r['ms']:9.4f} {r['tb_per_s']:6.2f} "
-              f"{100 * r['fraction_of_copy']:5.1f}% {100 * r['fraction_of_peak_copy']:5.1f}%")
+        moved = f"  (moved bytes: {100 * r['moved_fraction_of_copy']:.1f}%)" if "moved_bytes" in r else ""
+        print(f"{r['kernel']:46s} {r['input_mb']:6.0f} {r['ms']:9.4f} {r['tb_per_s']:6.2f} "
+              f"{100 * r['fraction_of_copy']:5.1f}% {100 * r['fraction_of_peak_copy']:5.1f}%{moved}")
+    print(f"\ncopy study (read + write bytes / time; sets = rotating source/destination pairs)")
+    print(f"{'method':34s} " + " ".join(f"{mb:>7d}" for mb in sorted({s['mb'] for s in study})) + "  MB")
+    for method in dict.fromkeys(s["method"] for s in study):
+        cells = {s["mb"]: s["tb_per_s"] for s in study if s["method"] == method}
+        print(f"{method:34s} " + " ".join(f"{cells[mb]:7.2f}" for mb in sorted(cells)) + "  TB/s")
     return 0
 
 

@@ -8,7 +8,9 @@ zeros); CUDA events around each launch sequence, L2 flushed (256 MB write) befor
 median of --reps. `*_ms` time CUDA-graph replays of the launch sequence (GPU time); `*_eager_ms`
 time plain Python launches (includes host launch overhead). Contenders per (shape, T):
   nvfp4      moe_gate_up (fused SwiGLU + NVFP4 quantize + guidance) + moe_down (router weight +
-             ordered combine), the kernels of this repo, validate=False (no host syncs)
+             ordered combine), the kernels of this repo, validate=False (no host syncs), for every
+             kernel variant in --variants (codegen.ops.moe_gemm.TILE_TABLES; each variant's table
+             tile); top-level nvfp4_* fields are the first variant's, `variants` holds all of them
   nvfp4_plain_gate_up  the gate_up GEMM with the plain bf16 epilogue (fused-epilogue cost)
   bf16_grouped_mm      torch._grouped_mm gate_up + down on the same sorted rows (BF16 weights)
   roofline   bytes the NVFP4 path must move / copy bandwidth measured in the same run
@@ -20,6 +22,7 @@ operand, guidance bits), the down GEMM's bf16 operand read and the bf16 [T, H] o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -31,6 +34,7 @@ import torch
 
 from trace_kernels import moe_gemm as ops
 from trace_kernels import shapes
+from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_layout import CODE_RECORD_BYTES, SCALE_RECORD_BYTES, MoEWeights
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import random_topk
@@ -105,7 +109,15 @@ def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) 
     return int(weights + tokens_in + fused_out + down_in + out)
 
 
-def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generator, sweep_tiles: bool) -> list[dict]:
+def tile_label(tile) -> str:
+    knobs = f"{tile.variant}_tn{tile.tile_tokens}_st{tile.stages}_mb{tile.min_blocks}_wg{tile.warpgroups}"
+    if tile.variant == "ws":
+        return knobs + f"_cps{tile.chunks_per_stage}_ov{int(tile.overlap)}_lut{32 if tile.lut32 else 1}"
+    return knobs + f"_pf{int(tile.proxy_fence)}_ov{int(tile.overlap)}"
+
+
+def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generator, sweep_tiles: bool,
+                variants: list[str], extra_tokens: tuple[int, ...] = ()) -> list[dict]:
     e, h, i, k = shape.experts, shape.hidden, shape.intermediate, shape.top_k
     w_up = random_packed_weights(e, 2 * i, h, gen)
     w_down = random_packed_weights(e, h, i, gen)
@@ -120,31 +132,58 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
         s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
         e_active = int((routing.offsets[1:] > routing.offsets[:-1]).sum())
-        tile = ops.tile_for_rows(m, e)
         up_out = ops.empty_gate_up_output(m, i, "cuda")
         ys = torch.empty(m, h, dtype=torch.float32, device="cuda")
         y = torch.empty(t, h, dtype=torch.bfloat16, device="cuda")
         plain = torch.empty(m, 2 * i, dtype=torch.bfloat16, device="cuda")
+        nbytes = nvfp4_bytes(e_active, h, i, t, m)
+        flops = 2 * m * (2 * i * h + h * i)
+        row = {"shape": shape.name, "tokens": t, "rows": m, "experts_active": e_active, "variants": {}}
+        for vi, variant in enumerate(variants):
+            tile = codegen.tile_for_rows(m, e, variant)
 
-        def nvfp4_layer():
-            up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
-                                 validate=False, out=up_out)
-            ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y, slot_workspace=ys)
+            def nvfp4_layer(tile=tile):
+                up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
+                                     validate=False, out=up_out, tile=tile)
+                ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y,
+                             slot_workspace=ys, tile=tile)
 
-        def plain_gate_up():
-            ops.moe_gemm(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
-                         out=plain)
+            def plain_gate_up(tile=tile):
+                ops.moe_gemm(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
+                             out=plain, tile=tile)
 
-        def fused_gate_up():
-            ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
-                            validate=False, out=up_out)
+            def fused_gate_up(tile=tile):
+                ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
+                                validate=False, out=up_out, tile=tile)
 
-        row = {"shape": shape.name, "tokens": t, "rows": m, "experts_active": e_active, "tile_tokens": tile.tile_tokens,
-               "stages": tile.stages}
-        row["nvfp4_eager_ms"] = timer(nvfp4_layer)
-        row["nvfp4_ms"] = timer(nvfp4_layer, graph=True)
-        row["nvfp4_gate_up_fused_ms"] = timer(fused_gate_up, graph=True)
-        row["nvfp4_gate_up_plain_ms"] = timer(plain_gate_up, graph=True)
+            res = {"tile": dataclasses.asdict(tile)}
+            if vi == 0:
+                res["nvfp4_eager_ms"] = timer(nvfp4_layer)
+            res["nvfp4_ms"] = timer(nvfp4_layer, graph=True)
+            res["nvfp4_gate_up_fused_ms"] = timer(fused_gate_up, graph=True)
+            res["nvfp4_gate_up_plain_ms"] = timer(plain_gate_up, graph=True)
+            res["nvfp4_down_ms"] = res["nvfp4_ms"] - res["nvfp4_gate_up_fused_ms"]
+            res["nvfp4_bandwidth_fraction"] = nbytes / bw * 1e3 / res["nvfp4_ms"]
+            res["nvfp4_tflops"] = flops / (res["nvfp4_ms"] * 1e-3) / 1e12
+            res["fused_epilogue_overhead"] = res["nvfp4_gate_up_fused_ms"] / res["nvfp4_gate_up_plain_ms"] - 1
+            row["variants"][variant] = res
+            if vi == 0:
+                row.update({k: v for k, v in res.items() if k != "tile"})
+                row["tile_tokens"], row["stages"] = tile.tile_tokens, tile.stages
+        if t in extra_tokens:  # A/B of the off-table tilings (EXTRA_TILES) of a width that suits this T
+            row["extra_tiles_ms"] = {}
+            for tl in codegen.EXTRA_TILES:
+                if (tl.tile_tokens <= 32) != (m / e <= 32):
+                    continue
+
+                def layer(tl=tl):
+                    up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
+                                         validate=False, out=up_out, tile=tl)
+                    ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y,
+                                 slot_workspace=ys, tile=tl)
+                row["extra_tiles_ms"][tile_label(tl)] = timer(layer, graph=True)
+            print(f"{shape.name:16s} T={t:6d} extra tiles (layer ms): "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in row["extra_tiles_ms"].items()), flush=True)
         if sweep_tiles:  # justify the tile table: every tile on this T
             from trace_kernels.codegen.ops.moe_gemm import TILE_TABLE
             row["gate_up_fused_ms_by_tile"], row["down_ms_by_tile"] = {}, {}
@@ -155,12 +194,8 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
                 row["down_ms_by_tile"][tl.tile_tokens] = timer(lambda: ops.moe_down(
                     up_out.a_next, w_down, routing, row_scale=up_out.q.scale, validate=False, out=y,
                     slot_workspace=ys, tile=tl), graph=True)
-        nbytes = nvfp4_bytes(e_active, h, i, t, m)
         row["nvfp4_bytes"] = nbytes
         row["roofline_ms"] = nbytes / bw * 1e3
-        row["nvfp4_bandwidth_fraction"] = row["roofline_ms"] / row["nvfp4_ms"]
-        flops = 2 * m * (2 * i * h + h * i)
-        row["nvfp4_tflops"] = flops / (row["nvfp4_ms"] * 1e-3) / 1e12
         xs = x[routing.row_index.long()]  # [M, H] sorted rows (gathered once, outside the timing)
         offs = routing.offsets[1:].contiguous()
         hmid = torch.randn(m, i, device="cuda", generator=gen).to(torch.bfloat16)
@@ -172,17 +207,34 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
             row["bf16_grouped_mm_ms"] = timer(bf16_layer, graph=True)
             row["speedup_vs_bf16"] = row["bf16_grouped_mm_ms"] / row["nvfp4_ms"]
             row["bf16_tflops"] = flops / (row["bf16_grouped_mm_ms"] * 1e-3) / 1e12
+            for res in row["variants"].values():
+                res["speedup_vs_bf16"] = row["bf16_grouped_mm_ms"] / res["nvfp4_ms"]
         except Exception as exc:  # report, do not hide
             row["bf16_grouped_mm_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        rows.append(row)
-        print(f"{shape.name:16s} T={t:6d} TN={tile.tile_tokens:3d} nvfp4 {row['nvfp4_ms']:.4f} ms "
-              f"(fused gate_up {row['nvfp4_gate_up_fused_ms']:.4f}, plain {row['nvfp4_gate_up_plain_ms']:.4f}) "
-              f"roofline {row['roofline_ms']:.4f} ms ({100 * row['nvfp4_bandwidth_fraction']:.0f}% of copy bw) "
-              f"bf16 {row.get('bf16_grouped_mm_ms', float('nan')):.4f} ms "
-              f"x{row.get('speedup_vs_bf16', float('nan')):.2f}"
+        per_variant = " | ".join(
+            f"{v} {r['nvfp4_ms']:.4f} ms ({100 * r['nvfp4_bandwidth_fraction']:.0f}% bw, "
+            f"x{r.get('speedup_vs_bf16', float('nan')):.2f}, fused {r['nvfp4_gate_up_fused_ms']:.4f} "
+            f"plain {r['nvfp4_gate_up_plain_ms']:.4f})" for v, r in row["variants"].items())
+        print(f"{shape.name:16s} T={t:6d} roofline {row['roofline_ms']:.4f} ms bf16 "
+              f"{row.get('bf16_grouped_mm_ms', float('nan')):.4f} ms | {per_variant}"
               + (f" by tile gate_up {row['gate_up_fused_ms_by_tile']} down {row['down_ms_by_tile']}" if sweep_tiles else ""),
               flush=True)
+        rows.append(row)
     return rows
+
+
+def print_table(results: list[dict]) -> None:
+    """Summary: per (shape, T) the roofline, BF16, and each variant's layer time, % of copy, speedup,
+    fused-epilogue overhead."""
+    variants = list(results[0]["variants"]) if results else []
+    head = "shape            T      roof_ms  bf16_ms " + " ".join(f"{v:>6s}_ms %bw   xbf16 epi%" for v in variants)
+    print(head)
+    for r in results:
+        cells = " ".join(f"{r['variants'][v]['nvfp4_ms']:9.4f} {100 * r['variants'][v]['nvfp4_bandwidth_fraction']:4.0f}"
+                         f" {r['variants'][v].get('speedup_vs_bf16', float('nan')):6.2f}"
+                         f" {100 * r['variants'][v]['fused_epilogue_overhead']:4.0f}" for v in variants)
+        print(f"{r['shape']:16s} {r['tokens']:6d} {r['roofline_ms']:8.4f} {r.get('bf16_grouped_mm_ms', float('nan')):8.4f} "
+              + cells)
 
 
 def main(argv=None) -> int:
@@ -191,7 +243,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", default="1,8,32,64,128,256,1024,4096,16384")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", default="profiling/results/moe_gemm_h200.json")
-    parser.add_argument("--sweep-tiles", default="qwen3-30b-a3b", help="shapes whose T also run every tile")
+    parser.add_argument("--sweep-tiles", default="", help="shapes whose T also run every v1 table tile")
+    parser.add_argument("--variants", default="v1,ws", help="kernel variants to time (codegen TILE_TABLES keys)")
+    parser.add_argument("--extra-tokens", default="", help="T values (first shape only) that also time EXTRA_TILES")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
@@ -201,9 +255,11 @@ def main(argv=None) -> int:
     bw = copy_bandwidth(timer)
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s (read + write)", flush=True)
     results = []
-    for name in args.shapes.split(","):
+    extra = tuple(int(t) for t in args.extra_tokens.split(",") if t)
+    for n, name in enumerate(args.shapes.split(",")):
         results += bench_shape(shapes.resolve(name), [int(t) for t in args.tokens.split(",")], timer, bw, gen,
-                               name in args.sweep_tiles.split(","))
+                               name in args.sweep_tiles.split(","), args.variants.split(","),
+                               extra if n == 0 else ())
         with open(args.out + ".partial", "w") as f:  # survive a time-out of the next shape
             json.dump(results, f, indent=1)
         torch.cuda.empty_cache()
@@ -213,6 +269,7 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
+    print_table(results)
     print(f"wrote {args.out}")
     return 0
 

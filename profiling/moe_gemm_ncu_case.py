@@ -21,6 +21,7 @@ def main() -> int:
     parser.add_argument("--shape", default="qwen3-30b-a3b")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--variant", default=None, help="kernel variant (codegen TILE_TABLES key; default: DEFAULT_VARIANT)")
     args = parser.parse_args()
     s = shapes.resolve(args.shape)
     e, h, i, k, t = s.experts, s.hidden, s.intermediate, s.top_k, args.tokens
@@ -30,11 +31,13 @@ def main() -> int:
                     torch.softmax(torch.randn(t, k, device="cuda", generator=gen), 1))
     x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
     s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
+    tile = ops.tile_for_rows(routing.num_rows, e, args.variant)
     for _ in range(args.repeat):
-        up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False)
-        ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False)
+        up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
+                             tile=tile)
+        ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, tile=tile)
     torch.cuda.synchronize()
-    print("tile", ops.tile_for_rows(routing.num_rows, e))
+    print("tile", tile)
     return 0
 
 

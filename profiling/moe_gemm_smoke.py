@@ -11,7 +11,7 @@ import torch
 from trace_kernels import moe_gemm as ops
 from trace_kernels import moe_gemm_ref as ref
 from trace_kernels import shapes
-from trace_kernels.codegen.ops.moe_gemm import TILE_TABLE
+from trace_kernels.codegen.ops.moe_gemm import TILE_TABLES
 from trace_kernels.moe_testing import make_problem
 
 
@@ -35,12 +35,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="tiny")
     parser.add_argument("--tokens", type=int, default=37)
+    parser.add_argument("--variants", default=",".join(TILE_TABLES), help="kernel variants (TILE_TABLES keys)")
     args = parser.parse_args()
     s = shapes.resolve(args.shape)
     p = make_problem(s.experts, s.hidden, s.intermediate, s.top_k, args.tokens, seed=1, device="cuda", skew=2.0)
     r = p.routing
     worst = 0.0
-    for _, tile in TILE_TABLE:
+    for _, tile in [row for v in args.variants.split(",") for row in TILE_TABLES[v]]:
         y = ops.moe_gemm(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=tile)
         want_y = ref.moe_gemm_ref(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a)
         e1 = rel(y, want_y)
@@ -52,7 +53,7 @@ def main() -> int:
         out = ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, tile=tile)
         e3 = rel(out, ref.moe_down_ref(up.a_next, p.down, r, row_scale=up.q.scale))
         torch.cuda.synchronize()
-        print(f"TN={tile.tile_tokens:3d} plain {e1:.2e}  gate_up h {e2:.2e} codes exact {exact}  down {e3:.2e}")
+        print(f"{tile.variant:3s} TN={tile.tile_tokens:3d} plain {e1:.2e}  gate_up h {e2:.2e} codes exact {exact}  down {e3:.2e}")
         worst = max(worst, e1, e2, e3, 0.0 if exact else 1.0)
     print("OK" if worst <= 2e-3 else "FAIL", worst)
     return 0 if worst <= 2e-3 else 1

@@ -26,12 +26,17 @@ from trace_kernels.moe_testing import random_topk
 
 def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
     out = []
-    keys = ("tile_tokens", "stages", "min_blocks", "warpgroups", "proxy_fence", "overlap")
-    for tn, st, mb, wg, pf, ov in itertools.product(*(grid[k] for k in keys)):
-        tile = codegen.TileConfig(tn, st, mb, wg, bool(pf), bool(ov))
-        if ov and st < 3:
+    keys = ("variant", "tile_tokens", "stages", "min_blocks", "warpgroups", "proxy_fence", "overlap",
+            "chunks_per_stage", "lut32")
+    for variant, tn, st, mb, wg, pf, ov, cps, lut in itertools.product(*(grid[k] for k in keys)):
+        if variant == "v1" and (cps != 1 or lut):  # ws-only knobs
             continue
-        if codegen.smem_bytes(tile, wg, experts) * mb <= 227 * 1024:  # min_blocks CTAs must fit an SM
+        if variant == "ws" and not pf:  # v1-only knob
+            continue
+        tile = codegen.TileConfig(tn, st, mb, wg, bool(pf), bool(ov), variant, cps, bool(lut))
+        if ov and variant == "v1" and st < 3:
+            continue
+        if (codegen.smem_bytes(tile, wg, experts) + 1024) * mb <= 228 * 1024:  # min_blocks CTAs must fit an SM
             out.append(tile)
     return out
 
@@ -46,14 +51,26 @@ def main(argv=None) -> int:
     parser.add_argument("--warpgroups", default="1,2")
     parser.add_argument("--proxy-fence", default="1", help="1,0 also tries the kernels without fence.proxy.async")
     parser.add_argument("--overlap", default="0,1", help="0: wgmma.wait 0 per chunk; 1: overlapped main loop")
+    parser.add_argument("--variant", default="v1", help="v1,ws: kernel variants (ws adds the two knobs below)")
+    parser.add_argument("--chunks-per-stage", default="1", help="ws: K chunks of 64 per ring stage (1,2)")
+    parser.add_argument("--lut32", default="0", help="ws: 1 = per-lane replicated code table")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
     args = parser.parse_args(argv)
     shape = shapes.resolve(args.shape)
     ints = lambda text: tuple(int(v) for v in text.split(","))  # noqa: E731
     grid = {"tile_tokens": ints(args.tile_tokens), "stages": ints(args.stages), "min_blocks": ints(args.min_blocks),
-            "warpgroups": ints(args.warpgroups), "proxy_fence": ints(args.proxy_fence), "overlap": ints(args.overlap)}
-    tiles = candidates(grid, shape.experts)
+            "warpgroups": ints(args.warpgroups), "proxy_fence": ints(args.proxy_fence), "overlap": ints(args.overlap),
+            "variant": tuple(args.variant.split(",")), "chunks_per_stage": ints(args.chunks_per_stage),
+            "lut32": ints(args.lut32)}
+    tiles = []
+    for t in candidates(grid, shape.experts):
+        try:  # e.g. chunks_per_stage=2 or overlap needs K multiples that a shape may not have
+            for kind in ("gate_up_swiglu", "down_routed"):
+                codegen.gemm_spec(shape, kind, t)
+            tiles.append(t)
+        except ValueError as exc:
+            print(f"skip {t}: {exc}")
     specs = [codegen.gemm_spec(shape, kind, t) for t in tiles for kind in ("gate_up_swiglu", "down_routed")]
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(jit.build, specs))

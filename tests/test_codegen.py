@@ -51,6 +51,25 @@ def test_tiling_covers_rows():
             assert tpr >= 2 and tpr & (tpr - 1) == 0 and cta % tpr == 0 and cta <= 1024
             slots = -(-(d // 8) // tpr)
             assert slots * tpr >= d // 8 and slots <= 16
+            tpr, cta = quantize.tiling(dtype, d, "v2")  # whole blocks per thread
+            assert tpr >= 1 and tpr & (tpr - 1) == 0 and cta % tpr == 0 and cta <= 1024
+            blocks = -(-(d // 16) // tpr)
+            assert blocks * tpr >= d // 16 and blocks <= 8
+
+
+def test_variants_are_named_and_selectable(monkeypatch):
+    """v1 keeps its measured name; other variants add their tag; VARIANT picks the default launch."""
+    for module, make in ((quantize, lambda v: quantize.spec("bf16", 2048, v)),
+                         (guided_fake_quantize, lambda v: guided_fake_quantize.spec("bf16", 2048, v)),
+                         (refit_weights, lambda v: refit_weights.spec("bf16", v))):
+        assert module.VARIANT in module.VARIANTS and module.VARIANTS[:2] == ("v1", "v2")
+        v1, v2 = make("v1"), make("v2")
+        assert "_v2_" in v2.name and "_v2_" not in v1.name and v1.render() != v2.render()
+        assert f"/*VARIANT=*/2>" in v2.render()
+        monkeypatch.setattr(module, "VARIANT", "v2")
+        assert make(None).name == v2.name
+        with pytest.raises(ValueError, match="variant"):
+            make("v9")
 
 
 def test_registry_discovers_op_modules():
@@ -115,11 +134,13 @@ def test_templates_found_in_wheel_layout(tmp_path, monkeypatch):
 
 @pytest.mark.nvcc
 def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
-    """A few small kernels through the real nvcc (every op, every input dtype once)."""
+    """A few small kernels through the real nvcc (every op and variant, every input dtype once)."""
     from trace_kernels import jit
     from trace_kernels.jit import compiler
     monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
-    specs = [quantize.spec("bf16", 64), guided_fake_quantize.spec("f32", 16), refit_weights.spec("f16")]
+    specs = [quantize.spec("bf16", 64), guided_fake_quantize.spec("f32", 16), refit_weights.spec("f16"),
+             quantize.spec("f16", 32, "v2"), guided_fake_quantize.spec("bf16", 16, "v2"),
+             refit_weights.spec("f32", "v2"), refit_weights.spec("bf16", "v3")]
     entries = jit.build_all(specs, jobs=2)
     for spec, entry in zip(specs, entries):
         assert entry.is_valid() and entry.cubin.read_bytes()[:4] == b"\x7fELF", spec.name

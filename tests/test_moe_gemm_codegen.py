@@ -13,51 +13,66 @@ from trace_kernels.jit import compiler
 
 def test_specs_render_deterministically_with_readable_names():
     for name in ("tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"):
-        specs = codegen.specs_for_shape(shapes.preset(name))
-        assert len({s.name for s in specs}) == len(specs) == 3 * len(codegen.TILE_TABLE) + 1
+        specs = codegen.specs_for_shape(shapes.preset(name), tuple(codegen.TILE_TABLES))
+        tiles = sum(len(table) for table in codegen.TILE_TABLES.values())
+        assert len({s.name for s in specs}) == len(specs) == 3 * tiles + 1
+        default = codegen.specs_for_shape(shapes.preset(name))  # what the AOT build and calls use
+        assert len(default) == 3 * len(codegen.TILE_TABLES[codegen.DEFAULT_VARIANT]) + 1
         for spec in specs:
             assert spec.render() == spec.render()
             assert spec.name in spec.render()
-    names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"))}
+    names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"), ("v1", "ws"))}
     assert "moe_gemm_gate_up_swiglu_nvfp4_e128_h2048_i768_tn8_sm90a" in names
     assert "moe_combine_f32_bf16_h2048_k8_sm90a" in names
+    assert "moe_gemm_gate_up_swiglu_nvfp4_e128_h2048_i768_tn8_ws1_st5_mb2_wg2_cps2_ov0_lut32_sm90a" in names
 
 
 def test_tile_table_and_smem():
-    assert codegen.tile_for_rows(64 * 8, 128).tile_tokens == 8  # decode: 4 rows per expert
-    assert codegen.tile_for_rows(16384 * 8, 128).tile_tokens == 128  # prefill
-    for _, tile in codegen.TILE_TABLE:
-        assert codegen.smem_bytes(tile, 2, 128) <= 227 * 1024
+    for variant in codegen.TILE_TABLES:
+        assert codegen.tile_for_rows(64 * 8, 128, variant).tile_tokens == 8  # decode: 4 rows per expert
+        assert codegen.tile_for_rows(16384 * 8, 128, variant).tile_tokens == 128  # prefill
+        assert codegen.tile_for_rows(64 * 8, 128, variant).variant == variant
+    for tile in [t for table in codegen.TILE_TABLES.values() for _, t in table] + list(codegen.EXTRA_TILES):
+        # min_blocks CTAs of the tile fit one SM's 227 KB (1 KB per CTA is reserved by the system)
+        nwg = codegen.warpgroups_for(1536, tile)
+        assert (codegen.smem_bytes(tile, nwg, 128) + 1024) * tile.min_blocks <= 228 * 1024, tile
     with pytest.raises(ValueError, match="N % 64"):
         codegen.gemm_spec(codegen.MoEDims(8, 256, 40), "gate_up_swiglu", codegen.TILE_TABLE[0][1])
+    with pytest.raises(ValueError, match="variant"):
+        codegen.gemm_spec(codegen.MoEDims(8, 256, 128), "gate_up", codegen.TileConfig(8, 4, variant="v9"))
+    with pytest.raises(ValueError, match="K % 128"):  # two 64-K chunks per stage
+        codegen.gemm_spec(codegen.MoEDims(8, 192, 64), "down_routed",
+                          codegen.TileConfig(8, 4, variant="ws", chunks_per_stage=2))
 
 
-def _compile(spec, tmp_path: Path) -> str:
+def _compile(spec, tmp_path: Path):
     src = tmp_path / f"{spec.name}.cu"
     src.write_text(spec.render())
     report = compiler.compile_cubin(spec, src, tmp_path / f"{spec.name}.cubin", compiler.find_nvcc())
     assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_frame == 0, report.text
-    return report.text
+    return report
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("preset,kind,tile_tokens", [
-    ("tiny", "gate_up_swiglu", 8),
-    ("qwen3-30b-a3b", "down_routed", 128),
-    ("tiny", "combine", 0),
-    ("qwen3-30b-a3b", "combine", 0),
+@pytest.mark.parametrize("preset,kind,tile_tokens,variant", [
+    ("tiny", "gate_up_swiglu", 8, "v1"),
+    ("qwen3-30b-a3b", "down_routed", 128, "v1"),
+    ("tiny", "gate_up_swiglu", 8, "ws"),
+    ("qwen3-30b-a3b", "combine", 0, ""),
 ])
-def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens):
-    """Each template once per preset (CI has 2 cores); no spills, no stack frame; wgmma in the PTX."""
+def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, variant):
+    """Each template and variant once (CI has 2 cores); no spills, no stack frame; wgmma in the PTX."""
     if not paths.cutlass_include_dirs():
         pytest.skip("nvidia-cutlass headers not installed")
     shape = shapes.preset(preset)
     if kind == "combine":
         spec = codegen.combine_spec(shape)
     else:
-        tile = next(t for _, t in codegen.TILE_TABLE if t.tile_tokens == tile_tokens)
+        tile = next(t for _, t in codegen.TILE_TABLES[variant] if t.tile_tokens == tile_tokens)
         spec = codegen.gemm_spec(shape, kind, tile)
-    _compile(spec, tmp_path)
+    report = _compile(spec, tmp_path)
+    if variant == "ws":  # the setmaxnreg split fits the register pool the cubin launches with
+        assert codegen.ws_registers_fit(report.registers, spec.launch["warpgroups"], spec.launch["min_blocks"]), report
     if kind != "combine":
         ptx = tmp_path / "k.ptx"
         cmd = [compiler.find_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=compute_90a", "-ptx",
@@ -66,6 +81,7 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens):
         text = ptx.read_text()
         assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{tile_tokens}k16\.f32\.bf16\.bf16", text)
         assert "ld.local" not in text and "st.local" not in text
+        assert ("setmaxnreg" in text) == (variant == "ws")
 
 
 _SWIZZLE_CHECK = r"""

@@ -128,8 +128,42 @@ def _plan(kind: str, weights: MoEWeights, tile: codegen.TileConfig):
         gate_up = kind.startswith("gate_up")
         dims = codegen.MoEDims(experts=e, hidden=k if gate_up else n, intermediate=n // 2 if gate_up else k)
         spec = codegen.gemm_spec(dims, kind, tile)
-        plan = _plans.setdefault(key, (spec, _kernel(spec)))
+        kernel = _kernel(spec)
+        if spec.launch["persistent"]:
+            _check_ws_registers(kernel, spec)
+        plan = _plans.setdefault(key, (spec, kernel))
     return plan
+
+
+def _check_ws_registers(kernel, spec) -> None:
+    """A ws kernel whose register pool cannot hold its setmaxnreg split would hang: refuse it."""
+    from .runtime import driver
+    cu = driver.driver()
+    device_index = torch.cuda.current_device()
+    attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS
+    regs = int(driver.check(cu.cuFuncGetAttribute(attr, kernel.function(device_index)), "cuFuncGetAttribute",
+                            kernel.name))
+    nwg, min_blocks = spec.launch["warpgroups"], spec.launch["min_blocks"]
+    if not codegen.ws_registers_fit(regs, nwg, min_blocks):
+        raise RuntimeError(f"{kernel.name}: {regs} registers per thread cannot hold the setmaxnreg split "
+                           f"{codegen.ws_register_split(nwg, min_blocks)} (it would hang)")
+
+
+_max_persistent_ctas: int | None = None  # tests: cap the persistent grid (more items per CTA)
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_ctas(kernel, device_index: int, threads: int, smem: int) -> int:
+    per_sm = kernel.max_active_blocks_per_sm(device_index, threads, smem)
+    if per_sm < 1:
+        raise RuntimeError(f"{kernel.name} cannot be resident ({threads} threads, {smem} B shared memory)")
+    return per_sm * torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _persistent_ctas(kernel, device_index: int, threads: int, smem: int) -> int:
+    """CTAs a persistent (ws) kernel launches: every SM times the occupancy the driver reports."""
+    ctas = _resident_ctas(kernel, device_index, threads, smem)
+    return ctas if _max_persistent_ctas is None else min(ctas, _max_persistent_ctas)
 
 
 def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scale, *, m: int,
@@ -140,22 +174,27 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     spec, kernel = _plan(kind, weights, tile)
     launch = spec.launch
     device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    grid_y = -(-m // tile.tile_tokens) + e  # upper bound on sum_e ceil(rows_e / TN)
-    if grid_y > 65535:
-        raise ValueError(f"{m} routed rows need {grid_y} token tiles of {tile.tile_tokens} (grid.y limit 65535): "
-                         "use a wider tile")
+    token_tiles = -(-m // tile.tile_tokens) + e  # upper bound on sum_e ceil(rows_e / TN)
+    x_tiles = weights.n // launch["block_rows"]
+    _allow_smem(kernel, device_index, launch["smem_bytes"])  # before the occupancy query
+    if launch["persistent"]:  # ws: CTAs walk the (token tile, weight tile) items counted on the device
+        grid = (min(_persistent_ctas(kernel, device_index, launch["threads"], launch["smem_bytes"]),
+                    token_tiles * x_tiles), 1, 1)
+    else:
+        if token_tiles > 65535:
+            raise ValueError(f"{m} routed rows need {token_tiles} token tiles of {tile.tile_tokens} (grid.y limit "
+                             "65535): use a wider tile")
+        grid = (x_tiles, token_tiles, 1)
     fused = kind == "gate_up_swiglu"
-    counters = _tile_counters(a.device, grid_y) if fused else None
+    counters = _tile_counters(a.device, token_tiles) if fused else None
     status = _status_word(device_index) if fused else None
     q_codes, q_bscales, q_scale, q_dequant, q_bits = quant or (None,) * 5
     values = (_addr(a), _addr(row_index), _addr(row_scale), _addr(weights.codes), _addr(weights.block_scales),
               _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(out_f32), _addr(row_weight),
               _addr(q_codes), _addr(q_bscales), _addr(q_scale), _addr(q_dequant), _addr(q_bits), _addr(counters),
               _addr(status))
-    _allow_smem(kernel, device_index, launch["smem_bytes"])
     with nvtx.annotate(f"moe_gemm_{kind}"):
-        kernel.launch(device_index, (weights.n // launch["block_rows"], grid_y, 1), (launch["threads"], 1, 1),
-                      [(_params, values)], smem=launch["smem_bytes"])
+        kernel.launch(device_index, grid, (launch["threads"], 1, 1), [(_params, values)], smem=launch["smem_bytes"])
 
 
 def _prepare(a, weights, offsets, row_index, row_scale, validate: bool) -> int:
@@ -278,10 +317,11 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
 def _tile_arg(tile_tokens: int) -> codegen.TileConfig | None:
     if tile_tokens == 0:
         return None
-    for _, tile in codegen.TILE_TABLE:
+    table = codegen.TILE_TABLES[codegen.DEFAULT_VARIANT]
+    for _, tile in table:
         if tile.tile_tokens == tile_tokens:
             return tile
-    raise ValueError(f"tile_tokens must be 0 or one of {[t.tile_tokens for _, t in codegen.TILE_TABLE]}")
+    raise ValueError(f"tile_tokens must be 0 or one of {[t.tile_tokens for _, t in table]}")
 
 
 @torch.library.custom_op("trace_kernels::moe_gemm", mutates_args=())

@@ -44,6 +44,7 @@ __all__ = [
     "pack_bits",
     "pack_codes",
     "quantize",
+    "straight_through",
     "unpack_bits",
     "unpack_codes",
 ]
@@ -302,11 +303,19 @@ class _StraightThrough(torch.autograd.Function):
         return grad, None
 
 
+def straight_through(x: torch.Tensor, quantized: torch.Tensor) -> torch.Tensor:
+    """quantized in the forward pass, x's gradient unchanged in the backward pass.
+
+    Exact in any dtype, unlike `x + (quantized - x).detach()`, which rounds twice in BF16.
+    """
+    return _StraightThrough.apply(x, quantized) if x.requires_grad else quantized
+
+
 def fake_quantize(x: torch.Tensor, *, scale: ScaleMode = "row") -> torch.Tensor:
     """dequantize(quantize(x)) in x's dtype, with a straight-through gradient."""
     with torch.no_grad():
         quantized = dequantize(quantize(x.detach(), scale=scale), dtype=x.dtype)
-    return _StraightThrough.apply(x, quantized)
+    return straight_through(x, quantized)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -395,7 +404,7 @@ def guided_fake_quantize(x: torch.Tensor, guidance: Guidance) -> torch.Tensor:
     """dequantize(guided_quantize(x, guidance)) in x's dtype, with a straight-through gradient."""
     with torch.no_grad():
         quantized = dequantize(guided_quantize(x.detach(), guidance), dtype=x.dtype)
-    return _StraightThrough.apply(x, quantized)
+    return straight_through(x, quantized)
 
 
 def agreement(codes_a: torch.Tensor, codes_b: torch.Tensor) -> dict:

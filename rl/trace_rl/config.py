@@ -13,7 +13,9 @@ import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
-PRESETS_FILE = Path(__file__).resolve().parent.parent / "configs" / "models.toml"
+from trace_rl.paths import configs_dir
+
+PRESETS_FILE = configs_dir() / "models.toml"
 
 
 class ConfigError(ValueError):

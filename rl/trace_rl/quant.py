@@ -96,19 +96,6 @@ def _check_site(site: str, x: Tensor, index: TokenIndex, experts: Tensor | None)
                              f"{None if experts is None else tuple(experts.shape)}")
 
 
-class _StraightThrough(torch.autograd.Function):
-    """Forward: the quantized values exactly (x + (y - x).detach() would round in BF16);
-    backward: the gradient unchanged."""
-
-    @staticmethod
-    def forward(ctx, x, quantized):
-        return quantized
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
-
-
 class RoundToNearest:
     """NVFP4 round-to-nearest fake quantization at every site (QAT; rollout nvfp4 mode)."""
 
@@ -132,7 +119,7 @@ class RoundToNearest:
             self.capture.record(layer, site, q, index, experts)
         if self.on_quantized is not None:
             self.on_quantized(layer, site, q, index)
-        return _StraightThrough.apply(x, y) if x.requires_grad else y
+        return nvfp4.straight_through(x, y)
 
 
 class GuidanceRecorder:

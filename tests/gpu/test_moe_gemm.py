@@ -1,19 +1,26 @@
 """GPU tests of the NVFP4 MoE grouped GEMM kernels against the reference (sm_90a, marked gpu)."""
 
+import os
+
 import pytest
 import torch
 
 from trace_kernels import moe_gemm as ops
 from trace_kernels import moe_gemm_ref as ref
 from trace_kernels import nvfp4
-from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TILE_TABLE
+from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TILE_TABLE, WS_TILE_TABLE, tile_for_rows
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import make_problem, make_weights, random_topk
 
 pytestmark = pytest.mark.gpu
 
-# the table's tiles plus the off-table tilings profiling/moe_prebuild.py builds (EXTRA_TILES)
-TILES = [tile for _, tile in TILE_TABLE] + list(EXTRA_TILES)
+# both variants' table tiles plus the off-table tilings profiling/moe_prebuild.py builds (EXTRA_TILES);
+# test_batch_invariance compares all of them bitwise, so the ws variant must equal v1 bit for bit
+# (TRACE_KERNELS_MOE_TEST_VARIANTS=v1 limits them to one variant, e.g. after a ws kernel hung)
+_VARIANTS = os.environ.get("TRACE_KERNELS_MOE_TEST_VARIANTS", "v1,ws").split(",")
+TILES = [tile for tile in [t for _, t in TILE_TABLE] + [t for _, t in WS_TILE_TABLE] + list(EXTRA_TILES)
+         if tile.variant in _VARIANTS]
+WS_TILES = [tile for tile in TILES if tile.variant == "ws"]
 SHAPES = {"tiny": (8, 256, 128, 2), "qwen3-30b-a3b": (128, 2048, 768, 8)}
 
 
@@ -83,11 +90,11 @@ def test_gate_up_fused_quantization_is_exact(shape, tokens, skew):
         assert _rel(out.h, want.h) <= 2e-3, (name, tile, _rel(out.h, want.h))
         # the kernel's quantization is exactly nvfp4.quantize of its own bf16 SwiGLU output
         own = ref.quantize_swiglu(out.h.cpu())
-        assert torch.equal(out.q.codes.cpu(), own.q.codes)
-        assert torch.equal(out.q.block_scales.view(torch.uint8).cpu(), own.q.block_scales.view(torch.uint8))
-        assert torch.equal(out.q.scale.cpu(), own.q.scale)
-        assert torch.equal(out.a_next.cpu(), own.a_next)
-        assert torch.equal(out.mantissa_bits.cpu(), own.mantissa_bits)
+        assert torch.equal(out.q.codes.cpu(), own.q.codes), tile
+        assert torch.equal(out.q.block_scales.view(torch.uint8).cpu(), own.q.block_scales.view(torch.uint8)), tile
+        assert torch.equal(out.q.scale.cpu(), own.q.scale), tile
+        assert torch.equal(out.a_next.cpu(), own.a_next), tile
+        assert torch.equal(out.mantissa_bits.cpu(), own.mantissa_bits), tile
         agree = nvfp4.agreement(want.q.codes.cpu(), out.q.codes.cpu())["equal_fraction"]
         assert agree >= 0.999, (name, tile, agree)
 
@@ -106,7 +113,7 @@ def test_down_combine_matches_reference(shape, tokens, skew):
         ys = torch.full((m, h), float("nan"), device="cuda")
         got = ops.moe_down(a, p.down, p.routing, row_scale=s_a, tile=tile, out=out, slot_workspace=ys)
         torch.cuda.synchronize()
-        assert not got.isnan().any()
+        assert not got.isnan().any(), tile
         assert _rel(got, want) <= 2e-3, (name, tile, _rel(got, want))
 
 
@@ -146,20 +153,22 @@ def test_batch_invariance(name):
                 assert torch.equal(g, b), f"{what} differs at batch {batch}, tile {tile}"
 
 
-def test_cuda_graph_replay_matches_eager():
+@pytest.mark.parametrize("variant", _VARIANTS)
+def test_cuda_graph_replay_matches_eager(variant):
     """The layer captured in a CUDA graph (validate=False: no host syncs) replays to the eager result,
     also on new inputs copied into the captured buffers (the fused epilogue's tile counters reset)."""
     _, h, i, _ = SHAPES["qwen3-30b-a3b"]
     p = problem("qwen3-30b-a3b", 64, 21)
     r = p.routing
+    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, variant)
     x, s_a = p.a.clone(), p.s_a.clone()
     up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
     y = torch.empty(64, h, dtype=torch.bfloat16, device="cuda")
 
     def layer():
         up = ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, row_scale=s_a, validate=False,
-                             out=up_out)
-        ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y)
+                             out=up_out, tile=tile)
+        ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y, tile=tile)
 
     layer()  # warm up: builds, loads, allocates the tile counters
     torch.cuda.synchronize()
@@ -174,19 +183,49 @@ def test_cuda_graph_replay_matches_eager():
         graph.replay()
         torch.cuda.synchronize()
         replayed = y.clone()
-        up = ops.moe_gate_up(fresh.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=fresh.s_a)
-        eager = ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale)  # same routing r as captured
+        up = ops.moe_gate_up(fresh.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=fresh.s_a, tile=tile)
+        eager = ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, tile=tile)  # same routing r as captured
         assert torch.equal(replayed, eager)
 
 
-def test_nonfinite_swiglu_sets_the_status_word():
+@pytest.mark.skipif("ws" not in _VARIANTS, reason="ws variant excluded")
+@pytest.mark.parametrize("ctas", [1, 3])
+def test_ws_few_persistent_ctas_equal_v1(ctas, monkeypatch):
+    """Persistent ws CTAs walking many items each (the mbarrier ring wraps across items and phases)
+    give v1's outputs bit for bit: plain, fused gate_up (every NVFP4 output) and down + combine."""
+    p = problem("tiny", 200, 41, skew=1.0)
+    r = p.routing
+    v1 = TILE_TABLE[0][1]
+    want_plain = ops.moe_gemm(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=v1)
+    want_up = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=v1)
+    want_y = ops.moe_down(want_up.a_next, p.down, r, row_scale=want_up.q.scale, tile=v1)
+    monkeypatch.setattr(ops, "_max_persistent_ctas", ctas)
+    for tile in WS_TILES:
+        got_plain = ops.moe_gemm(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=tile,
+                                 out=torch.full_like(want_plain, float("nan")))
+        got_up = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=tile,
+                                 out=_poisoned_gate_up(r.num_rows, SHAPES["tiny"][2]))
+        got_y = ops.moe_down(got_up.a_next, p.down, r, row_scale=got_up.q.scale, tile=tile,
+                             out=torch.full_like(want_y, float("nan")))
+        torch.cuda.synchronize()
+        assert torch.equal(got_plain, want_plain), tile
+        for what in ("h", "a_next", "mantissa_bits"):
+            assert torch.equal(getattr(got_up, what), getattr(want_up, what)), (tile, what)
+        assert torch.equal(got_up.q.codes, want_up.q.codes) and torch.equal(got_up.q.scale, want_up.q.scale), tile
+        assert torch.equal(got_up.q.block_scales.view(torch.uint8), want_up.q.block_scales.view(torch.uint8)), tile
+        assert torch.equal(got_y, want_y), tile
+
+
+@pytest.mark.parametrize("variant", _VARIANTS)
+def test_nonfinite_swiglu_sets_the_status_word(variant):
     """An overflowing SwiGLU row is reported (ops.raise_on_nonfinite), as the reference raises."""
     from trace_kernels.ops import raise_on_nonfinite
     p = problem("tiny", 16, 31)
     r = p.routing
     x = (p.x.float() * 1e30).to(torch.bfloat16)  # finite input; W4A16 accumulators overflow in SwiGLU
     raise_on_nonfinite(x.device)  # start clean
-    ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, tile=TILES[0])
+    ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index,
+                    tile=tile_for_rows(r.num_rows, p.gate_up.num_experts, variant))
     with pytest.raises(ValueError, match="non-finite"):
         raise_on_nonfinite(x.device)
     with pytest.raises(ValueError, match="non-finite"):

@@ -2,8 +2,9 @@
 
 Outputs are poisoned (TRACE_KERNELS_POISON_OUTPUTS=1, refit buffers filled by hand) so an unwritten
 element fails. Inputs are fresh random values with zero rows, huge outliers (which push other blocks'
-E4M3 scales into the subnormal range), D = 16 and odd row counts. `-k "not large"` is the subset
-run under compute-sanitizer.
+E4M3 scales into the subnormal range), D = 16 and odd row counts. Every kernel variant (the codegen
+modules' VARIANTS) runs the bit-exact tests. `-k "not large"` is the subset run under
+compute-sanitizer.
 """
 
 from __future__ import annotations
@@ -14,12 +15,33 @@ import pytest
 import torch
 
 from trace_kernels import nvfp4, ops
+from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
+from trace_kernels.codegen.ops import quantize as codegen_quantize
+from trace_kernels.codegen.ops import refit_weights as codegen_refit
 from trace_kernels.ops.guided_fake_quantize import reference_counters
 from trace_kernels.runtime import kernel as runtime_kernel
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+@pytest.fixture(params=codegen_quantize.VARIANTS)
+def quantize_variant(request, monkeypatch):
+    monkeypatch.setattr(codegen_quantize, "VARIANT", request.param)
+    return request.param
+
+
+@pytest.fixture(params=codegen_guided.VARIANTS)
+def guided_variant(request, monkeypatch):
+    monkeypatch.setattr(codegen_guided, "VARIANT", request.param)
+    return request.param
+
+
+@pytest.fixture(params=codegen_refit.VARIANTS)
+def refit_variant(request, monkeypatch):
+    monkeypatch.setattr(codegen_refit, "VARIANT", request.param)
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +87,7 @@ def make_input(rows: int, d: int, dtype: torch.dtype, seed: int, device="cuda") 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,d", [(1, 16), (7, 16), (33, 64), (5, 128), (17, 768), (9, 2048), (3, 4096),
                                     (4, 8192)])
-def test_quantize_bitexact(dtype, rows, d):
+def test_quantize_bitexact(quantize_variant, dtype, rows, d):
     x = make_input(rows, d, dtype, seed=rows * 131 + d)
     r = ops.quantize(x, guidance=True, dequant=True)
     ref = nvfp4.quantize(x.cpu())
@@ -79,7 +101,7 @@ def test_quantize_bitexact(dtype, rows, d):
     assert rows <= 3 or d == 16 or subnormal.any(), "the input should exercise subnormal block scales"
 
 
-def test_quantize_optional_outputs_and_leading_axes():
+def test_quantize_optional_outputs_and_leading_axes(quantize_variant):
     x = make_input(24, 256, torch.bfloat16, seed=5).reshape(2, 3, 4, 256)
     r = ops.quantize(x)
     assert r.mantissa_bits is None and r.dequant is None
@@ -89,7 +111,7 @@ def test_quantize_optional_outputs_and_leading_axes():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_quantize_many_rows_per_cta(dtype):
+def test_quantize_many_rows_per_cta(quantize_variant, dtype):
     """Thousands of CTAs, rows of 4096 (two warps per row, shared-memory reduction)."""
     x = make_input(2049, 4096, dtype, seed=17)
     r = ops.quantize(x, guidance=True, dequant=True)
@@ -100,7 +122,7 @@ def test_quantize_many_rows_per_cta(dtype):
     assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
 
 
-def test_quantize_large():
+def test_quantize_large(quantize_variant):
     x = make_input(16383, 2048, torch.bfloat16, seed=11)  # 67 MB, odd rows
     r = ops.quantize(x, guidance=True, dequant=True)
     ref = nvfp4.quantize(x)  # the reference on the GPU (divisions by device tensors: exact)
@@ -120,7 +142,7 @@ def trainer_view(x: torch.Tensor, seed: int, eps: float = 1e-2) -> torch.Tensor:
 @pytest.mark.parametrize("mode", ["compact", "full"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,d", [(1, 16), (7, 64), (33, 768), (5, 2048), (3, 4096)])
-def test_guided_fake_quantize_bitexact(mode, dtype, rows, d):
+def test_guided_fake_quantize_bitexact(guided_variant, mode, dtype, rows, d):
     x_r = make_input(rows, d, dtype, seed=rows + d)
     guidance = nvfp4.make_guidance(ops.quantize(x_r).q, mode)
     x_t = trainer_view(x_r, seed=d)
@@ -129,11 +151,34 @@ def test_guided_fake_quantize_bitexact(mode, dtype, rows, d):
     assert_same_bits(out, nvfp4.guided_fake_quantize(x_t.cpu(), guidance_cpu), "guided output")
     want = reference_counters(x_t.cpu(), guidance_cpu)
     assert counters.cpu().tolist() == want.tolist()
+    # without counters the kernel skips counting (null pointer); the output is the same
+    assert_same_bits(ops.guided_fake_quantize(x_t, guidance), out, "guided output without counters")
     # on the rollout's own values guided rounding reproduces the rollout exactly
     assert_same_bits(ops.guided_fake_quantize(x_r, guidance), nvfp4.fake_quantize(x_r.cpu()), "self-guided")
 
 
-def test_guided_tensor_scale_guidance_and_grad():
+@pytest.mark.parametrize("mode", ["compact", "full"])
+def test_guided_grid_edges(guided_variant, mode):
+    """Trainer values on and next to every grid point, at tie midpoints, beyond +-6, +-0 and tiny
+    values (|x| < 2^-80 takes the exact-division path): the bit-pattern selection of v2 on its edges."""
+    x_r = make_input(64, 256, torch.float32, seed=9, device="cpu")
+    q = nvfp4.quantize(x_r)
+    guidance = nvfp4.make_guidance(q, mode)
+    d = (q.block_scales.float() * q.scale[:, None]).repeat_interleave(16, dim=1)  # [rows, D]
+    g = torch.Generator().manual_seed(10)
+    grid = torch.tensor([0, .25, .5, .75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 100])
+    y = grid[torch.randint(0, len(grid), d.shape, generator=g)]
+    y = y * torch.where(torch.rand(d.shape, generator=g) < .5, -1.0, 1.0)
+    x = (y * d).float()
+    nudge = torch.randint(-1, 2, d.shape, generator=g)  # one ulp either side of the rounded product
+    x = torch.where(nudge != 0, torch.nextafter(x, x + torch.sign(nudge.float()) * torch.inf), x)
+    x[0, :8] = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 2.0**-100, -(2.0**-126), 2.0**-149, 1e-38])
+    out, counters = ops.guided_fake_quantize(x.cuda(), guidance.to("cuda"), return_counters=True)
+    assert_same_bits(out, nvfp4.guided_fake_quantize(x, guidance), "guided output at grid edges")
+    assert counters.cpu().tolist() == reference_counters(x, guidance).tolist()
+
+
+def test_guided_tensor_scale_guidance_and_grad(guided_variant):
     x_r = make_input(6, 128, torch.bfloat16, seed=3)
     guidance = nvfp4.make_guidance(nvfp4.quantize(x_r, scale="tensor"), "compact")
     x_t = trainer_view(x_r, seed=4).requires_grad_()
@@ -143,7 +188,7 @@ def test_guided_tensor_scale_guidance_and_grad():
     assert_same_bits(x_t.grad, (2 * out.detach().float()).to(torch.bfloat16), "straight-through grad")
 
 
-def test_guided_large():
+def test_guided_large(guided_variant):
     x_r = make_input(8191, 2048, torch.bfloat16, seed=21)
     guidance = nvfp4.make_guidance(ops.quantize(x_r).q, "full")
     x_t = trainer_view(x_r, seed=22)
@@ -177,7 +222,7 @@ def _refit_check(experts, n, k, dtype, seed):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("experts,n,k", [(1, 1, 16), (5, 33, 96), (3, 7, 4096), (9, 129, 768)])
-def test_refit_bitexact(dtype, experts, n, k):
+def test_refit_bitexact(refit_variant, dtype, experts, n, k):
     _refit_check(experts, n, k, dtype, seed=experts * n + k)
 
 
@@ -185,15 +230,25 @@ def test_refit_bitexact(dtype, experts, n, k):
 def test_refit_forced_plans(monkeypatch, grid, per_group):
     """Many tiles per CTA (re-read path), a leftover CTA outside any group, one group for all."""
     refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(codegen_refit, "VARIANT", "v1")  # the plan is v1's (cooperative groups)
     monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, per_group))
     _refit_check(3, 1024, 1024, torch.bfloat16, seed=grid)
 
 
-def test_refit_large():
+@pytest.mark.parametrize("grid,chunk", [(5, 1), (7, 2), (3, 5)])
+def test_refit_v3_forced_plans(monkeypatch, grid, chunk):
+    """v3 with many tiles per CTA per chunk, chunks of 1 / 2 / all experts, a partial last chunk."""
+    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(codegen_refit, "VARIANT", "v3")
+    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, chunk))
+    _refit_check(5, 256, 1024, torch.bfloat16, seed=grid * 10 + chunk)
+
+
+def test_refit_large(refit_variant):
     _refit_check(128, 1536, 2048, torch.bfloat16, seed=7)  # a Qwen3-30B-A3B gate_up layer, 805 MB
 
 
-def test_refit_graph_replay_keeps_addresses():
+def test_refit_graph_replay_keeps_addresses(refit_variant):
     w = torch.randn(4, 64, 256, dtype=torch.bfloat16, device="cuda")
     buffers = ops.allocate_refit_buffers(4, 64, 256, "cuda")
     ops.refit_weights(w, buffers)  # warm up (build, status buffer) outside the capture
@@ -207,7 +262,7 @@ def test_refit_graph_replay_keeps_addresses():
         assert_same_bits(buffers.codes[e], nvfp4.quantize(w[e].cpu(), scale="tensor").codes, f"codes[{e}]")
 
 
-def test_nonfinite_flag_quantize():
+def test_nonfinite_flag_quantize(quantize_variant):
     x = make_input(8, 64, torch.bfloat16, seed=1)
     x[5, 17] = float("nan")
     x[6, 3] = float("inf")
@@ -220,7 +275,7 @@ def test_nonfinite_flag_quantize():
     assert_same_bits(r.q.codes[:5], ref.codes, "finite rows")
 
 
-def test_nonfinite_flag_guided_and_refit():
+def test_nonfinite_flag_guided_and_refit(guided_variant, refit_variant):
     x = make_input(4, 32, torch.float32, seed=2)
     guidance = nvfp4.make_guidance(ops.quantize(x).q)
     x[2, 9] = float("nan")

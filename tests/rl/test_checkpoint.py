@@ -10,14 +10,6 @@ from trace_rl.config import ConfigError, MoEConfig
 from trace_rl.model import MoEForCausalLM
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add overhead on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def model_for(tied: bool, dtype=torch.bfloat16):
     cfg = MoEConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -11,14 +11,6 @@ from trace_rl.model import MoEForCausalLM, grouped_linear, sort_by_expert
 from trace_rl.quant import RoundToNearest, fake_quantize_experts
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add overhead on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def small_config(**kw):
     base = dict(vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,

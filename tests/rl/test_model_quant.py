@@ -8,14 +8,6 @@ from trace_rl.model import MoEForCausalLM
 from trace_rl.quant import GuidanceRecorder, RoundToNearest, TokenIndex
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add overhead on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 class Tap(RoundToNearest):
     """RoundToNearest that also keeps every input and output per (layer, site)."""

@@ -2,10 +2,14 @@
 // [rows, D/16], FP32 row scales [rows]; optionally the compact guidance bits [rows, D/8] and the
 // BF16 "code x block scale" operand [rows, D] in the same pass.
 //
-// Work split: a row group of TPR threads owns one row; thread t holds half blocks (8 elements,
-// one 16-byte load for 16-bit inputs) t, t+TPR, ... in registers. The two halves of a block sit
-// in neighbouring lanes (TPR is even), so the block amax is one shuffle; the row amax is a
-// shuffle tree (plus shared memory when TPR > 32). One read of x, one write of each output.
+// Two variants (QuantizeRowsConfig::kVariant), both one read of x and one write of each output:
+// v1: a row group of TPR threads owns one row; thread t holds half blocks (8 elements, one 16-byte
+//     load for 16-bit inputs) t, t+TPR, ... in registers. The two halves of a block sit in
+//     neighbouring lanes (TPR is even), so the block amax is one shuffle.
+// v2: thread t owns whole blocks t, t+TPR, ... (two 16-byte loads each, all issued before the
+//     first use): the block step and the 7 thresholds are computed once per block instead of once
+//     per half block, and no block-amax shuffle is needed; 2x the bytes in flight per thread.
+// The row amax is a shuffle tree (plus shared memory when TPR > 32).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,18 +22,23 @@
 
 namespace trace_kernels {
 
-template <typename T_, int D_, int TPR_, int CTA_>
+template <typename T_, int D_, int TPR_, int CTA_, int VARIANT_ = 1>
 struct QuantizeRowsConfig {
   using T = T_;
   static constexpr int D = D_;
-  static constexpr int TPR = TPR_;  // threads per row (power of two, >= 2)
+  static constexpr int TPR = TPR_;  // threads per row (power of two; v1: >= 2)
   static constexpr int CTA = CTA_;  // threads per block (multiple of TPR)
+  static constexpr int kVariant = VARIANT_;
   static constexpr int kHalfBlocks = D / 8;
-  static constexpr int kSlots = (kHalfBlocks + TPR - 1) / TPR;  // half blocks per thread
+  static constexpr int kBlocks = D / 16;
+  static constexpr int kSlots = (kHalfBlocks + TPR - 1) / TPR;  // v1: half blocks per thread
+  static constexpr int kBlockSlots = (kBlocks + TPR - 1) / TPR;  // v2: blocks per thread
   static constexpr int kRowsPerCta = CTA / TPR;
   static constexpr int kWarpsPerRow = TPR > 32 ? TPR / 32 : 1;
   static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
-  static_assert(TPR >= 2 && (TPR & (TPR - 1)) == 0, "TPR must be a power of two >= 2");
+  static_assert(VARIANT_ == 1 || VARIANT_ == 2, "variants: 1, 2");
+  static_assert((TPR >= 2 || VARIANT_ == 2) && TPR >= 1 && (TPR & (TPR - 1)) == 0,
+                "TPR must be a power of two (>= 2 for v1: a block's halves sit in two lanes)");
   static_assert(CTA % TPR == 0 && CTA % 32 == 0 && CTA <= 1024, "CTA must hold whole rows and warps");
 };
 
@@ -115,6 +124,99 @@ __device__ __forceinline__ void quantize_rows(const typename Cfg::T* __restrict_
     if (mantissa_bits != nullptr) mantissa_bits[row * (D / 8) + h] = static_cast<uint8_t>(mantissa_bits_of(q));
     if (dequant != nullptr) *reinterpret_cast<uint4*>(dequant + row * D + h * 8) = dq;
   }
+}
+
+// v2: whole blocks per thread (see the file comment). Same outputs, bit for bit, as v1.
+template <class Cfg>
+__device__ __forceinline__ void quantize_rows_v2(const typename Cfg::T* __restrict__ x,  // [rows, D]
+                                                 uint8_t* __restrict__ codes,            // [rows, D/2]
+                                                 uint8_t* __restrict__ block_scales,     // [rows, D/16] e4m3
+                                                 float* __restrict__ row_scales,         // [rows]
+                                                 uint8_t* __restrict__ mantissa_bits,    // [rows, D/8] or null
+                                                 __nv_bfloat16* __restrict__ dequant,    // [rows, D] or null
+                                                 int rows, uint32_t* __restrict__ status) {
+  using T = typename Cfg::T;
+  constexpr int D = Cfg::D;
+  constexpr int kSlots = Cfg::kBlockSlots;
+  const int lane = threadIdx.x % Cfg::TPR;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * Cfg::kRowsPerCta + threadIdx.x / Cfg::TPR;
+  const bool row_ok = row < rows;
+
+  // [kSlots][2] half blocks, raw. __ldg (L1-allocating): the second 16 bytes of each 32-byte
+  // sector come from L1, so each sector is fetched from L2 once.
+  Vec8<T> v[kSlots][2];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int b = lane + k * Cfg::TPR;
+    if (row_ok && b < Cfg::kBlocks) {
+      v[k][0].load(x + row * D + b * 16);
+      v[k][1].load(x + row * D + b * 16 + 8);
+    } else {
+      v[k][0].zero();
+      v[k][1].zero();
+    }
+  }
+
+  float block_amax[kSlots];
+  float amax = 0.f;
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    block_amax[k] = nvfp4::fmax_nan(v[k][0].abs_max(), v[k][1].abs_max());
+    amax = nvfp4::fmax_nan(amax, block_amax[k]);
+  }
+  amax = row_group_amax<Cfg>(amax);
+  if (!row_ok) return;
+
+  if (!nvfp4::is_finite(amax)) {  // leave this row's outputs alone and raise the flag
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const int b = lane + k * Cfg::TPR;
+      if (b >= Cfg::kBlocks || nvfp4::is_finite(block_amax[k])) continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float f[8];
+        v[k][half].to_float(f);
+        if (!nvfp4::is_finite(half_block_amax(f)))
+          report_nonfinite(status, kStatusQuantize, static_cast<uint64_t>(row), b * 16 + half * 8, f);
+      }
+    }
+    return;
+  }
+
+  const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
+  const float six_s = nvfp4::kFp4Max * s;
+  if (lane == 0) row_scales[row] = s;
+
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int b = lane + k * Cfg::TPR;
+    if (b >= Cfg::kBlocks) continue;
+    const nvfp4::BlockStep step = nvfp4::block_step(block_amax[k], s, six_s);
+    uint4 dq_lo, dq_hi;
+    const uint2 q = quantize_block16<T>(v[k][0], v[k][1], step, dequant != nullptr, dq_lo, dq_hi);
+    reinterpret_cast<uint2*>(codes + row * (D / 2))[b] = q;  // 8 bytes per block
+    block_scales[row * (D / 16) + b] = step.scale_bits;
+    if (mantissa_bits != nullptr)
+      reinterpret_cast<uint16_t*>(mantissa_bits + row * (D / 8))[b] =
+          static_cast<uint16_t>(mantissa_bits_of(q.x) | (mantissa_bits_of(q.y) << 8));
+    if (dequant != nullptr) {
+      *reinterpret_cast<uint4*>(dequant + row * D + b * 16) = dq_lo;
+      *reinterpret_cast<uint4*>(dequant + row * D + b * 16 + 8) = dq_hi;
+    }
+  }
+}
+
+// The kernel body the template instantiates: the config's variant picks the implementation.
+template <class Cfg>
+__device__ __forceinline__ void quantize_rows_kernel(const typename Cfg::T* __restrict__ x, uint8_t* __restrict__ codes,
+                                                     uint8_t* __restrict__ block_scales, float* __restrict__ row_scales,
+                                                     uint8_t* __restrict__ mantissa_bits,
+                                                     __nv_bfloat16* __restrict__ dequant, int rows,
+                                                     uint32_t* __restrict__ status) {
+  if constexpr (Cfg::kVariant == 2)
+    quantize_rows_v2<Cfg>(x, codes, block_scales, row_scales, mantissa_bits, dequant, rows, status);
+  else
+    quantize_rows<Cfg>(x, codes, block_scales, row_scales, mantissa_bits, dequant, rows, status);
 }
 
 }  // namespace trace_kernels

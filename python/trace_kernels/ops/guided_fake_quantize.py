@@ -47,13 +47,14 @@ def _guidance(scale, block_scales, mantissa_bits, codes) -> nvfp4.Guidance:
     return nvfp4.Guidance(scale=scale, block_scales=block_scales, mantissa_bits=mantissa_bits, codes=codes)
 
 
-def _launch(x, scale, block_scales, mantissa_bits, codes):
+def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
     from trace_kernels.runtime import i32, kernel_for, ptr
     device = check_cuda_device(x)
     d = x.shape[-1]
     rows = x.numel() // d
     out = new_output(x.shape, x.dtype, x.device)
-    counters = torch.zeros(4, dtype=torch.int64, device=x.device)
+    # without counters the kernel gets a null pointer and skips the per-element counting
+    counters = torch.zeros(4 if with_counters else 0, dtype=torch.int64, device=x.device)
     if rows:
         row_scales = scale if scale.dim() else scale.expand(rows).contiguous()  # tensor scale -> per row
         spec = codegen_guided.spec(x.dtype, d)
@@ -61,7 +62,8 @@ def _launch(x, scale, block_scales, mantissa_bits, codes):
         with nvtx.annotate("guided_fake_quantize"):
             kernel_for(spec).launch(device, (grid,), (spec.launch["threads"],),
                                     [ptr(x), ptr(row_scales), ptr(block_scales), ptr(mantissa_bits), ptr(codes),
-                                     ptr(out), ptr(counters), i32(rows), ptr(status_buffer(device))])
+                                     ptr(out), ptr(counters if with_counters else None), i32(rows),
+                                     ptr(status_buffer(device))])
         after_launch(device)
     return out, counters
 
@@ -69,17 +71,20 @@ def _launch(x, scale, block_scales, mantissa_bits, codes):
 @torch.library.custom_op("trace_kernels::nvfp4_guided_fake_quantize", mutates_args=())
 def nvfp4_guided_fake_quantize_op(x: torch.Tensor, scale: torch.Tensor, block_scales: torch.Tensor,
                                   mantissa_bits: torch.Tensor | None,
-                                  codes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(guided fake-quantized x, counters int64 [4]); exactly one of mantissa_bits / codes is given."""
+                                  codes: torch.Tensor | None,
+                                  with_counters: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(guided fake-quantized x, counters int64 [4], or [0] when with_counters is False); exactly
+    one of mantissa_bits / codes is given."""
     if x.device.type == "cpu":
         guidance = _guidance(scale, block_scales, mantissa_bits, codes)
-        return nvfp4.guided_fake_quantize(x, guidance).detach(), reference_counters(x, guidance)
-    return _launch(x, scale, block_scales, mantissa_bits, codes)
+        counters = reference_counters(x, guidance) if with_counters else torch.zeros(0, dtype=torch.int64)
+        return nvfp4.guided_fake_quantize(x, guidance).detach(), counters
+    return _launch(x, scale, block_scales, mantissa_bits, codes, with_counters)
 
 
 @nvfp4_guided_fake_quantize_op.register_fake
-def _(x, scale, block_scales, mantissa_bits, codes):
-    return torch.empty_like(x), x.new_empty((4,), dtype=torch.int64)
+def _(x, scale, block_scales, mantissa_bits, codes, with_counters=True):
+    return torch.empty_like(x), x.new_empty((4 if with_counters else 0,), dtype=torch.int64)
 
 
 def _setup_context(ctx, inputs, output):
@@ -87,7 +92,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_out, grad_counters):
-    return grad_out, None, None, None, None  # straight-through
+    return grad_out, None, None, None, None, None  # straight-through
 
 
 nvfp4_guided_fake_quantize_op.register_autograd(_backward, setup_context=_setup_context)
@@ -117,5 +122,5 @@ def guided_fake_quantize(x: torch.Tensor, guidance: nvfp4.Guidance, *, return_co
     """
     validate(x, guidance)
     out, counters = nvfp4_guided_fake_quantize_op(x, guidance.scale, guidance.block_scales,
-                                                  guidance.mantissa_bits, guidance.codes)
+                                                  guidance.mantissa_bits, guidance.codes, return_counters)
     return (out, counters) if return_counters else out

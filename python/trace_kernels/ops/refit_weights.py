@@ -31,7 +31,8 @@ def _reference(w, codes, block_scales, scales):
         scales[e].copy_(q.scale)
 
 
-# (grid, ctas_per_group) forced by tests (multi-tile and leftover-CTA paths) and the benchmark sweep.
+# (grid, ctas_per_group) forced by tests (multi-tile and leftover-CTA paths) and the benchmark sweep;
+# for v3 (grid, experts per chunk).
 PLAN_OVERRIDE: tuple[int, int] | None = None
 
 
@@ -49,6 +50,16 @@ def plan(device: int, kernel, tile_elements: int, experts: int, per_expert: int,
     return groups * per_group, per_group
 
 
+def plan_v3(device: int, kernel, experts: int, per_expert: int, elem_bytes: int) -> tuple[int, int]:
+    """(grid, experts per chunk) for v3: every CTA co-resident; chunks of ~L2/5, so the three chunks
+    in flight (one streaming, one waiting, one re-read two steps later) and the outputs stay in L2."""
+    if PLAN_OVERRIDE is not None:
+        return PLAN_OVERRIDE
+    resident = kernel.max_active_blocks_per_sm(device, codegen_refit.CTA) * driver.multiprocessor_count(device)
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    return resident, max(1, min(experts, (l2 // 5) // max(1, per_expert * elem_bytes)))
+
+
 def _launch(w, codes, block_scales, scales):
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
     device = check_cuda_device(w)
@@ -57,6 +68,29 @@ def _launch(w, codes, block_scales, scales):
         return
     spec = codegen_refit.spec(w.dtype)
     kernel = kernel_for(spec)
+    if spec.launch["variant"] == "v2":  # amax pass, then quantize pass: plain launches, no co-residency
+        workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits (, unused)
+        tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
+        with nvtx.annotate("refit_weights"):
+            for phase in (0, 1):
+                kernel.launch(device, (tiles, experts), (spec.launch["threads"],),
+                              [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                               i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
+        after_launch(device)
+        return
+    if spec.launch["variant"] == "v3":  # one cooperative launch, chunks of experts pipelined
+        grid, chunk = plan_v3(device, kernel, experts, n * k, w.element_size())
+        resident = kernel.max_active_blocks_per_sm(device, spec.launch["threads"]) * driver.multiprocessor_count(device)
+        if not 0 < grid <= resident or chunk < 1:
+            raise ValueError(f"refit v3 plan grid={grid}, chunk={chunk} needs 0 < grid <= {resident} (all CTAs "
+                             "co-resident) and chunk >= 1")
+        workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, chunk arrivals
+        with nvtx.annotate("refit_weights"):
+            kernel.launch(device, (grid,), (spec.launch["threads"],),
+                          [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                           i64(n * k), i32(k), i32(chunk), i32(0), ptr(status_buffer(device))], cooperative=True)
+        after_launch(device)
+        return
     grid, per_group = plan(device, kernel, spec.launch["tile_half_blocks"] * 8, experts, n * k, w.element_size())
     resident = kernel.max_active_blocks_per_sm(device, spec.launch["threads"]) * driver.multiprocessor_count(device)
     if not 0 < per_group <= grid <= resident:
@@ -66,7 +100,7 @@ def _launch(w, codes, block_scales, scales):
     with nvtx.annotate("refit_weights"):
         kernel.launch(device, (grid,), (spec.launch["threads"],),
                       [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                       i64(n * k), i32(k), i32(per_group), ptr(status_buffer(device))], cooperative=True)
+                       i64(n * k), i32(k), i32(per_group), i32(0), ptr(status_buffer(device))], cooperative=True)
     after_launch(device)
 
 
@@ -105,6 +139,8 @@ def validate(w: torch.Tensor, out: nvfp4.NVFP4Tensor) -> None:
         check_tensor(w, "w", dtypes=KERNEL_DTYPES)
         if n * k // 16 >= 2**31:
             raise ValueError("w: one expert holds too many blocks for 32-bit block indices")
+        if experts > 65535:
+            raise ValueError(f"w: E={experts} experts; the kernels put experts on the grid's y axis (at most 65535)")
         for name in expect:
             check_tensor(getattr(out, name), f"out.{name}", aligned=name != "scale")
     elif w.device.type == "cpu":

@@ -9,11 +9,13 @@ from trace_kernels.codegen.spec import KernelSpec
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 QUANTIZE_DIMS = (16, 64, 128, 256, 768, 2048, 4096, 8192)
-GUIDED_DIMS = (16, 32, 64, 128, 768, 2048, 4096)
+GUIDED_DIMS = (16, 32, 64, 128, 256, 768, 2048, 4096)
 
 
 def memory_kernel_specs() -> list[KernelSpec]:
-    specs = [quantize.spec(t, d) for t in DTYPES for d in QUANTIZE_DIMS]
-    specs += [guided_fake_quantize.spec(t, d) for t in DTYPES for d in GUIDED_DIMS]
-    specs += [refit_weights.spec(t) for t in DTYPES]
+    """Every variant of every dtype / D the GPU tests and the benchmark use."""
+    specs = [quantize.spec(t, d, v) for v in quantize.VARIANTS for t in DTYPES for d in QUANTIZE_DIMS]
+    specs += [guided_fake_quantize.spec(t, d, v) for v in guided_fake_quantize.VARIANTS for t in DTYPES
+              for d in GUIDED_DIMS]
+    specs += [refit_weights.spec(t, v) for v in refit_weights.VARIANTS for t in DTYPES]
     return specs

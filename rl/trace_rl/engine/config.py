@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+BACKENDS = ("auto", "reference", "kernels", "kernels_emulated")
+
 
 @dataclass(slots=True)
 class EngineConfig:
@@ -14,8 +16,16 @@ class EngineConfig:
     independent of its batch-mates, so set it to what the task needs.
     num_blocks: KV pages per layer (default: enough for max_num_seqs sequences of max_model_len,
     plus the scratch page 0 that padded CUDA-graph rows write into).
-    max_num_batched_tokens: prompt tokens per prefill step. cuda_graphs: capture the bf16 decode
-    step on CUDA devices.
+    max_num_batched_tokens: prompt tokens per prefill step. cuda_graphs: capture the decode step
+    in CUDA graphs (one per batch-size bucket) on CUDA devices; False runs it eagerly.
+    backend (nvfp4 mode): "auto" = the fused NVFP4 kernels on an sm_90 GPU with a BF16 model whose
+    shapes they support, else "reference" (``trace_kernels.nvfp4`` fake quantization, the CPU path);
+    "kernels" forces the kernel path (on CPU tensors its ops run their references);
+    "kernels_emulated" runs the kernels' exact semantics with torch reference ops (for tests).
+    kv_kernels: steps with one new token per sequence (decode) append K/V and attend with the
+    paged-KV kernels (trace_kernels.kv_append, attention.decode_attention) when they take the
+    model's attention shapes: NVFP4 pages on the kernels backends, BF16 pages in bf16 mode on an
+    sm_90 GPU with a BF16 model; False: torch paged attention (nvfp4: after the quantize kernel).
     """
 
     block_size: int = 16
@@ -24,8 +34,12 @@ class EngineConfig:
     num_blocks: int | None = None
     max_num_batched_tokens: int = 8192
     cuda_graphs: bool = True
+    backend: str = "auto"
+    kv_kernels: bool = True
 
     def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"EngineConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:

@@ -11,8 +11,11 @@ from torch import Tensor
 
 from trace_rl.engine.block_manager import BlockManager
 from trace_rl.engine.config import EngineConfig, SamplingParams
+from trace_rl.engine.guidance_capture import AsyncGuidanceCapture
+from trace_rl.engine.kernel_layout import GuidanceLayout, kernel_support, kv_kernel_support
+from trace_rl.engine.kernel_moe import PackedExperts
 from trace_rl.engine.kv_cache import PagedKVCache
-from trace_rl.engine.model_runner import ModelRunner
+from trace_rl.engine.model_runner import KERNEL_BACKENDS, ModelRunner
 from trace_rl.engine.ranges import nvtx_range
 from trace_rl.engine.sampler import sample
 from trace_rl.engine.scheduler import Scheduler
@@ -75,15 +78,36 @@ class _RoutingLog:
         return out
 
 
+def _on_hopper(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+
+
+def resolve_backend(requested: str, mode: str, config, dtype: torch.dtype, device: torch.device) -> str:
+    """EngineConfig.backend -> the backend that runs: "reference" | "kernels" | "kernels_emulated"."""
+    if mode == "bf16":
+        if requested in KERNEL_BACKENDS:
+            raise ValueError(f"backend {requested!r} is the nvfp4 kernel path; mode is 'bf16'")
+        return "reference"
+    reason = kernel_support(config, dtype)
+    if requested == "auto":
+        return "kernels" if reason is None and _on_hopper(device) else "reference"
+    if requested in KERNEL_BACKENDS and reason is not None:
+        raise ValueError(f"backend {requested!r} cannot run this model: {reason}")
+    return requested
+
+
 class RolloutEngine:
-    """Generation engine. It keeps its own copy of the model (in nvfp4 mode with fake-quantized
-    expert weights), so the trainer's weights are never touched; ``refit`` copies new weights in.
+    """Generation engine. It keeps its own copy of the model, so the trainer's weights are never
+    touched; ``refit`` copies new weights in. In nvfp4 mode the routed experts are NVFP4: on the
+    ``reference`` backend as fake-quantized weights in the model's own tensors, on the ``kernels``
+    backend as packed NVFP4 buffers (``engine.packed``) that the fused MoE GEMMs read.
 
     RolloutEngine(model, config=None, mode="bf16"|"nvfp4", capture="off"|"compact"|"full",
                   device=None, dtype=None)
     generate(prompts: list[list[int]], sampling: SamplingParams, group_size: int = 1,
              seed: int = 0) -> RolloutBatch
-    refit(state_dict_or_model) -> float (seconds)
+    refit(state_dict_or_model) -> float (seconds); details in ``engine.last_refit``
+    engine.backend: the backend that runs ("reference" | "kernels" | "kernels_emulated")
     """
 
     def __init__(self, model, config: EngineConfig | None = None, mode: str = "bf16",
@@ -101,9 +125,12 @@ class RolloutEngine:
         self.dtype = dtype or p0.dtype
         self.model = copy.deepcopy(model).to(device=self.device, dtype=self.dtype).eval()
         self.model.requires_grad_(False).zero_grad(set_to_none=True)  # no copied gradients
+        mc = self.model.config
+        self.backend = resolve_backend(self.config.backend, mode, mc, self.dtype, self.device)
+        self.packed = PackedExperts(self.model, self.device) if self.backend in KERNEL_BACKENDS else None
+        self.last_refit: dict = {}
         if mode == "nvfp4":  # quantize experts from the source tensors, exactly as refit does
             self.refit(model)
-        mc = self.model.config
         self.max_model_len = self.config.max_model_len or mc.max_position_embeddings
         P = self.config.block_size
         self.max_blocks_per_seq = -(-self.max_model_len // P)
@@ -111,23 +138,35 @@ class RolloutEngine:
         self.blocks = BlockManager(num_blocks, P)
         self.cache = PagedKVCache(mc.num_hidden_layers, num_blocks, P, mc.num_key_value_heads,
                                   mc.head_dim, self.dtype, self.device, quantized=(mode == "nvfp4"))
-        self.recorder = GuidanceRecorder(capture) if capture != "off" else None
+        kernels = self.backend in KERNEL_BACKENDS
+        self.recorder = GuidanceRecorder(capture) if capture != "off" and not kernels else None
+        layout = GuidanceLayout(mc, capture) if capture != "off" and kernels else None
+        self.guidance_capture = AsyncGuidanceCapture(layout, self.device) if layout else None
+        self.kv_kernels = self.config.kv_kernels and (
+            kv_kernel_support(mc, P) is None if kernels
+            else (mode == "bf16" and self.dtype == torch.bfloat16 and _on_hopper(self.device)
+                  and kv_kernel_support(mc, P, "bf16") is None))
         self.runner = ModelRunner(self.model, self.cache, self.blocks, mode, self.recorder,
                                   self.device, self.config.cuda_graphs, self.config.max_num_seqs,
-                                  self.max_blocks_per_seq)
+                                  self.max_blocks_per_seq, self.backend, self.packed, layout,
+                                  self.kv_kernels)
         self._next_seq_id = 0
 
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
     def refit(self, weights) -> float:
         """Copy new weights (a state dict with the model's own names, or a model) into the engine's
-        tensors in place (addresses stay stable); in nvfp4 mode expert weights are NVFP4
-        fake-quantized from the source tensor (one FP32 scale per expert), exactly as the trainer's
-        ``expert_w`` site quantizes them. Returns the seconds taken (device work included)."""
+        tensors in place (addresses stay stable). In nvfp4 mode routed-expert weights are NVFP4
+        quantized from the source tensor (one FP32 scale per expert), exactly as the trainer's
+        ``expert_w`` site quantizes them: fake-quantized into the model's tensors (reference
+        backend) or by the ``refit_weights`` kernel into the packed buffers the MoE GEMMs read
+        (kernels backend). Returns the seconds taken (device work included); ``last_refit`` has
+        them with the quantization's own seconds and GB/s over the engine's BF16 expert bytes."""
         with nvtx_range("rollout/refit"):
             start = time.perf_counter()
             state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
             experts = {n for n, _ in self.model.expert_parameters()}
+            packed_src = []
             for name, p in self.model.named_parameters():
                 if name not in state:
                     raise KeyError(f"refit: weight {name!r} is missing from the new weights")
@@ -136,20 +175,51 @@ class RolloutEngine:
                     raise ValueError(f"refit: weight {name!r} has shape {tuple(src.shape)}, "
                                      f"expected {tuple(p.shape)}")
                 src = src.to(self.device, non_blocking=True)
-                if self.mode == "nvfp4" and name in experts:
+                if self.packed is not None and name in self.packed.param_site:
+                    packed_src.append((name, src))  # quantized below; p keeps the BF16 source copy
+                elif self.mode == "nvfp4" and name in experts:
                     src = fake_quantize_experts(src)
                 p.copy_(src)
+            quant_s = self._refit_packed(packed_src) if packed_src else None
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            return time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            nbytes = self.expert_bytes()
+            self.last_refit = {"seconds": seconds, "expert_bytes": nbytes}
+            if quant_s is not None:
+                self.last_refit.update(quantize_seconds=quant_s(),
+                                       quantize_gb_per_s=nbytes / 1e9 / max(quant_s(), 1e-12))
+            return seconds
+
+    def _refit_packed(self, sources):
+        """refit_weights + layout permutation for every packed expert tensor; returns a callable
+        giving the seconds they took (CUDA events, read after the caller's sync)."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0.record()
+        wall = time.perf_counter()
+        for name, src in sources:
+            layer, which = self.packed.param_site[name]
+            self.packed.refit(layer, which, src)
+        if cuda:
+            t1.record()
+            return lambda: t0.elapsed_time(t1) / 1e3
+        wall = time.perf_counter() - wall
+        return lambda: wall
 
     def _step(self, scheduler: Scheduler, sampling: SamplingParams, seed: int, stop: set[int],
               routing: _RoutingLog, stats: dict) -> None:
         batch, prefill = scheduler.schedule()
         t0 = time.perf_counter()
+        capture = self.guidance_capture
         with nvtx_range("rollout/prefill" if prefill else "rollout/decode_step"):
-            logits, topk, x = self.runner.run(batch, prefill)
+            if capture is not None:
+                capture.fence()  # a graph's arena is rewritten only after its last copy left
+            logits, topk, x, arena = self.runner.run(batch, prefill)
             routing.add(x.seq_ids, x.positions, topk)
+            if capture is not None and arena is not None:
+                capture.enqueue(arena, x.seq_ids_cpu, x.positions_cpu, reused=self.runner.last_step_graphed)
             keys = torch.tensor([s.rng_key for s in batch], device=self.device)
             positions = torch.tensor([len(s) for s in batch], device=self.device)
             tokens, logprobs = sample(logits, sampling, seed, keys, positions)
@@ -210,6 +280,8 @@ class RolloutEngine:
                 seqs.append(seq)
         if self.recorder is not None:
             self.recorder.clear()
+        if self.guidance_capture is not None:
+            self.guidance_capture.clear()
         routing = _RoutingLog()
         stats = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0,
                  "decode_tokens": 0}
@@ -220,11 +292,15 @@ class RolloutEngine:
             for s in list(scheduler.running):
                 scheduler.retire(s)
         guidance = None
-        if self.recorder is not None:
+        sink = self.recorder if self.recorder is not None else self.guidance_capture
+        if sink is not None:
             with nvtx_range("rollout/guidance_finalize"):
-                guidance = self.recorder.finalize()
-                self.recorder.clear()
+                guidance = sink.finalize()
+                sink.clear()
             stats["guidance"] = guidance.stats()
+        stats["backend"] = self.backend
+        stats["kv_kernels"] = self.kv_kernels
+        stats["cuda_graphs"] = self.runner.use_graphs
         mc = self.model.config
         per_seq = routing.per_sequence(seqs, len(self.model.moe_layers), mc.num_experts_per_tok)
         samples = [SampleOutput(s.seq_id, s.prompt_index, s.sample_index,

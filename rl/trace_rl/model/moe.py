@@ -88,7 +88,13 @@ class SparseMoeBlock(nn.Module):
                                                c.moe_intermediate_size))  # [E, H, I]
 
     def forward(self, x: Tensor, quant=None, index=None, forced: Tensor | None = None):
-        """x [N, H] -> (y [N, H], experts int64 [N, k])."""
+        """x [N, H] -> (y [N, H], experts int64 [N, k]).
+
+        A quantizer with a ``run_moe(block, x, index, forced)`` method runs the whole block itself
+        (the rollout engine's fused NVFP4 kernels: packed weights, fused epilogues)."""
+        run_moe = getattr(quant, "run_moe", None)
+        if run_moe is not None:
+            return run_moe(self, x, index, forced)
         N, k, I = x.shape[0], self.top_k, self.intermediate
         weights, experts = route(self.gate(x), k, self.norm_topk_prob, forced)  # [N, k] x2
         order, row_index, offsets = sort_by_expert(experts, self.num_experts)

@@ -1,5 +1,10 @@
-"""Codegen for `nvfp4_guided_fake_quantize`: one kernel per (dtype, D); compact and full guidance
-share it (the full variant is chosen at launch by passing rollout codes)."""
+"""Codegen for `nvfp4_guided_fake_quantize`: one kernel per (dtype, D, variant); compact and full
+guidance share it (the full variant is chosen at launch by passing rollout codes).
+
+Variants (cuda/include/trace_kernels/guided_fake_quantize.cuh): "v1" grid position + index
+arithmetic per element (measured on the H200, docs/toolchain.md), "v2" the chosen grid value from
+FP32 bit patterns, range check per half block. `VARIANT` is what the op launches.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +17,28 @@ NAME = "nvfp4_guided_fake_quantize"
 TEMPLATE = "nvfp4_guided_fake_quantize.cu.jinja"
 CTA = 256
 SLOTS = 4  # half blocks per thread: 64 B of 16-bit input in flight per thread
+VARIANTS = ("v1", "v2")
+VARIANT = "v1"  # the default launch; switch only on a same-run A/B (profiling/run_gpu_checks_issue3.sh)
 
 
-def spec(dtype, d: int) -> KernelSpec:
+def check_variant(variant: str | None) -> str:
+    variant = VARIANT if variant is None else variant
+    if variant not in VARIANTS:
+        raise ValueError(f"{NAME}: variant {variant!r} is not one of {VARIANTS}")
+    return variant
+
+
+def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
+    variant = check_variant(variant)
     short = dtype_name(dtype)
+    parts = (short,) if variant == "v1" else (short, variant)  # v1 keeps its original name
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, short, dims={"d": d}),
+        name=kernel_name(NAME, *parts, dims={"d": d}),
         template=TEMPLATE,
-        params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": CTA, "slots": SLOTS},
+        params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": CTA, "slots": SLOTS, "variant": int(variant[1:])},
         launch={"threads": CTA, "half_blocks_per_cta": CTA * SLOTS},
         headers=("trace_kernels/guided_fake_quantize.cuh",),
     )

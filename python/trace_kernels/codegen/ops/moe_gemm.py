@@ -2,18 +2,28 @@
 
 Per model shape and per token-tile width TN (the wgmma N dimension; tokens are the narrow side of
 the swap-AB GEMM) this renders templates/moe_gemm.cu.jinja, plus one combine kernel. Which TN a
-call uses comes from TILE_TABLE, by the average number of routed rows per expert.
+call uses comes from the tile table of the default variant, by the average number of routed rows
+per expert.
+
+Variants (TileConfig.variant; bitwise identical outputs, tested):
+  "v1"  moe_gemm.cuh: every thread loads (cp.async ring + __syncthreads per K chunk), one CTA per
+        (token tile, weight tile); verified on the H200 (2026-11-29).
+  "ws"  moe_gemm_ws.cuh: persistent CTAs, a producer warpgroup (cp.async.bulk weights + cp.async
+        activations on an mbarrier ring), consumer warpgroups decoupled, conflict-free LUT32.
+DEFAULT_VARIANT (env TRACE_KERNELS_MOE_VARIANT, default "v1") picks the table `tile_for_rows` uses;
+flip the default to "ws" once an H200 run confirms it.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
 from trace_kernels.shapes import ModelShape
 
-HEADERS = ("trace_kernels/moe_gemm.cuh", "trace_kernels/moe_nvfp4_row.cuh")
+HEADERS = ("trace_kernels/moe_gemm.cuh", "trace_kernels/moe_gemm_ws.cuh", "trace_kernels/moe_nvfp4_row.cuh")
 CHUNK_K = 64  # K per pipeline stage (must match detail::kChunkK)
 
 
@@ -23,8 +33,12 @@ class TileConfig:
     stages: int  # cp.async ring depth over K chunks of 64
     min_blocks: int = 2  # __launch_bounds__ min CTAs per SM (2 caps registers at 128: overlap dequant and MMA)
     warpgroups: int = 0  # consumer warpgroups (64 weight rows each) per CTA; 0: 2 when N % 128 == 0, else 1
-    proxy_fence: bool = True  # fence.proxy.async per stage (moe_gemm.cuh); False is an untested experiment
+    proxy_fence: bool = True  # v1: fence.proxy.async per stage (moe_gemm.cuh); False is an untested experiment
     overlap: bool = False  # wgmma of chunk c in flight while chunk c+1 is dequantized (untested experiment)
+    variant: str = "v1"  # "v1" (moe_gemm.cuh) or "ws" (moe_gemm_ws.cuh, warp-specialized persistent)
+    chunks_per_stage: int = 1  # ws: K chunks of 64 per ring stage (one mbarrier round trip per stage)
+    lut32: bool = False  # ws: per-lane replicated code table (32 KB, bank-conflict free) + ALU scales
+    m_tiles: int = 1  # ws: 64-row weight tiles per consumer warpgroup (2: half the activation re-reads)
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -38,6 +52,20 @@ TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (float("inf"), TileConfig(tile_tokens=128, stages=4)),
 )
 
+# The ws variant's table (not yet run on a GPU; same boundaries as v1 until the sweep says otherwise).
+# Decode: 128 weight rows x 128 K per stage (8 KB codes + 1 KB scales + TN x 256 B tokens), 5 stages,
+# 2 CTAs/SM: ~100 KB of weights in flight per SM. Prefill: 64-K stages, overlapped main loop, 1 CTA/SM.
+WS_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
+    (6.0, TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, lut32=True)),
+    (32.0, TileConfig(32, 4, 2, 2, variant="ws", chunks_per_stage=2, lut32=True)),
+    (float("inf"), TileConfig(128, 4, 1, 2, overlap=True, variant="ws", lut32=True)),
+)
+TILE_TABLES = {"v1": TILE_TABLE, "ws": WS_TILE_TABLE}
+# The variant calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
+DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "v1")
+if DEFAULT_VARIANT not in TILE_TABLES:
+    raise ValueError(f"TRACE_KERNELS_MOE_VARIANT={DEFAULT_VARIANT!r}; known: {', '.join(TILE_TABLES)}")
+
 # Off-table tilings the GPU tests check and profiling/sweep_moe_gemm_tiles.py compares: one warpgroup
 # per CTA, a wider TN, no proxy fence, and the overlapped main loop (decode and prefill widths).
 EXTRA_TILES: tuple[TileConfig, ...] = (
@@ -46,6 +74,13 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(8, 8, 2, 0, proxy_fence=False),
     TileConfig(8, 8, 2, 0, overlap=True),
     TileConfig(128, 4, 1, 0, overlap=True),
+    # ws variants beyond its table: small LUT (v1's tables), one consumer warpgroup x 3 CTAs/SM (twice
+    # the items: a smaller round-robin tail), no overlap at prefill, TN=256 prefill
+    TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, lut32=False),
+    TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2, lut32=True),
+    TileConfig(128, 4, 1, 2, variant="ws", lut32=True),
+    TileConfig(256, 3, 1, 2, overlap=True, variant="ws", lut32=True),
+    TileConfig(128, 4, 1, 2, variant="ws", lut32=True, m_tiles=2),  # 256 weight rows per CTA
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -56,13 +91,14 @@ KINDS = {
 }
 
 
-def tile_for_rows(num_rows: int, num_experts: int) -> TileConfig:
-    """The tile for a call with num_rows routed rows over num_experts experts."""
+def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None) -> TileConfig:
+    """The tile for a call with num_rows routed rows over num_experts experts (DEFAULT_VARIANT's table)."""
+    table = TILE_TABLES[variant or DEFAULT_VARIANT]
     average = num_rows / max(num_experts, 1)
-    for limit, tile in TILE_TABLE:
+    for limit, tile in table:
         if average <= limit:
             return tile
-    return TILE_TABLE[-1][1]
+    return table[-1][1]
 
 
 @dataclass(frozen=True)
@@ -91,17 +127,67 @@ def gemm_dims(shape: "ModelShape | MoEDims", kind: str) -> tuple[int, int]:
 
 
 def warpgroups_for(n: int, tile: TileConfig | None = None) -> int:
+    mt = tile.m_tiles if tile is not None else 1
     if tile is not None and tile.warpgroups:
-        if n % (64 * tile.warpgroups):
-            raise ValueError(f"N={n} is not a multiple of 64 * warpgroups={tile.warpgroups}")
+        if n % (64 * tile.warpgroups * mt):
+            raise ValueError(f"N={n} is not a multiple of 64 * warpgroups={tile.warpgroups} * m_tiles={mt}")
         return tile.warpgroups
-    return 2 if n % 128 == 0 else 1
+    if n % (64 * mt):
+        raise ValueError(f"N={n} is not a multiple of 64 * m_tiles={mt}")
+    return 2 if n % (128 * mt) == 0 else 1
 
 
 def smem_bytes(tile: TileConfig, warpgroups: int, experts: int) -> int:
-    """Mirror of MoESmem<TN, NWG, STAGES>::bytes(E) (the kernel static_asserts it fits)."""
+    """Mirror of MoESmem / MoEWsSmem ::bytes(E) (the kernel static_asserts it fits)."""
+    if tile.variant == "ws":
+        cps = tile.chunks_per_stage
+        per_stage = cps * (tile.tile_tokens * CHUNK_K * 2 + warpgroups * tile.m_tiles * (2048 + 256))
+        lut = 256 * 32 * 4 if tile.lut32 else 2 * 256 * 4
+        header = lut + (2 * tile.stages + 2) * 8 + 4 * tile.tile_tokens * 4 + tile.tile_tokens * 4 + 16 + (experts + 1) * 4
+        return header + 1024 + tile.stages * per_stage
     per_stage = tile.tile_tokens * CHUNK_K * 2 + warpgroups * (2048 + 256)
     return tile.stages * per_stage + 2 * 256 * 4 + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
+
+
+def threads_for(tile: TileConfig, warpgroups: int) -> int:
+    """Threads per CTA: the consumer warpgroups, plus the producer warpgroup in the ws variant."""
+    return 128 * warpgroups + (128 if tile.variant == "ws" else 0)
+
+
+WS_PRODUCER_REGS = 64  # moe_gemm_ws.cuh kProducerRegs
+
+
+def ws_register_split(warpgroups: int, min_blocks: int) -> tuple[int, int, int]:
+    """(entry, consumer, producer) registers per thread of a ws kernel (mirror of moe_gemm_ws.cuh).
+
+    setmaxnreg moves registers inside the CTA's pool of (warpgroups + 1) * 128 * entry; the kernel
+    hangs if the consumers ask for more than the producer gives back, so the op checks the cubin's
+    register count (`ws_registers_fit`) before the first launch.
+    """
+    entry = min(65536 // (128 * (warpgroups + 1) * min_blocks) // 8 * 8, 248)
+    consumer = min(((warpgroups + 1) * entry - WS_PRODUCER_REGS) // warpgroups // 8 * 8, 240)
+    return entry, consumer, WS_PRODUCER_REGS
+
+
+def ws_registers_fit(registers: int, warpgroups: int, min_blocks: int) -> bool:
+    """True if a ws cubin using `registers` per thread has the pool its setmaxnreg split needs."""
+    _, consumer, producer = ws_register_split(warpgroups, min_blocks)
+    return (warpgroups + 1) * registers >= warpgroups * consumer + producer
+
+
+def check_tile(tile: TileConfig, k: int) -> None:
+    if tile.variant not in TILE_TABLES:
+        raise ValueError(f"unknown MoE GEMM variant {tile.variant!r}; known: {', '.join(TILE_TABLES)}")
+    if tile.variant != "ws" and (tile.m_tiles != 1 or tile.chunks_per_stage != 1 or tile.lut32):
+        raise ValueError(f"m_tiles, chunks_per_stage and lut32 are ws knobs: {tile}")
+    if tile.variant == "ws":
+        cps = tile.chunks_per_stage
+        if tile.m_tiles not in (1, 2) or (tile.m_tiles > 1 and tile.overlap):
+            raise ValueError(f"ws m_tiles must be 1 or 2 (2 without overlap): {tile}")
+        if cps not in (1, 2) or k % (CHUNK_K * cps):
+            raise ValueError(f"ws tile needs chunks_per_stage in (1, 2) and K % {CHUNK_K * cps} == 0, got K={k}")
+        if tile.overlap and (k // (CHUNK_K * cps)) % 2:
+            raise ValueError(f"overlap needs an even number of stages per K (K={k}, {cps} chunks per stage)")
 
 
 def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> KernelSpec:
@@ -112,21 +198,32 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     if kind == "gate_up_swiglu" and n % 32:
         raise ValueError(f"{shape}: fused SwiGLU needs I % 16 == 0, got I={shape.intermediate}")
     epilogue, description = KINDS[kind]
+    check_tile(tile, k)
     nwg = warpgroups_for(n, tile)
     smem = smem_bytes(tile, nwg, shape.experts)
-    # the table's tiles keep short names; other tilings (sweeps) spell out every knob
+    threads = threads_for(tile, nwg)
+    # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
     table_tile = any(tile == t for _, t in TILE_TABLE) and not tile.warpgroups
-    extra = {} if table_tile else {"st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
-                                     "ov": int(tile.overlap)}
+    if tile.variant == "ws":
+        extra = {"ws": 1, "st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "cps": tile.chunks_per_stage,
+                 "ov": int(tile.overlap), "lut": 32 if tile.lut32 else 1, **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {})}
+    elif table_tile:
+        extra = {}
+    else:
+        extra = {"st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
+                 "ov": int(tile.overlap)}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
     params = {"experts": shape.experts, "n": n, "k": k, "tile_tokens": tile.tile_tokens, "warpgroups": nwg,
               "stages": tile.stages, "min_blocks": tile.min_blocks, "epilogue": epilogue,
-              "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false", "smem_bytes": smem, "threads": 128 * nwg,
+              "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false",
+              "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
+              "lut32": "true" if tile.lut32 else "false", "m_tiles": tile.m_tiles, "smem_bytes": smem, "threads": threads,
               "description": description}
-    launch = {"threads": 128 * nwg, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
-              "block_rows": 64 * nwg, "n": n, "k": k, "experts": shape.experts, "kind": kind}
+    launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
+              "block_rows": 64 * nwg * tile.m_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
+              "persistent": tile.variant == "ws", "min_blocks": tile.min_blocks, "warpgroups": nwg}
     return KernelSpec(op="moe_gemm", name=name, template="moe_gemm.cu.jinja", params=params, launch=launch,
                       headers=HEADERS, needs_cutlass=True)
 
@@ -141,8 +238,13 @@ def combine_spec(shape: "ModelShape | MoEDims") -> KernelSpec:
                       headers=HEADERS, needs_cutlass=True)
 
 
-def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
-    specs = [gemm_spec(shape, kind, tile) for kind in KINDS for _, tile in TILE_TABLE]
+def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) -> list[KernelSpec]:
+    """The table kernels of `variants` (default: DEFAULT_VARIANT, what calls use) + the combine.
+
+    profiling/moe_prebuild.py passes every variant to prepare an A/B run.
+    """
+    tables = [TILE_TABLES[v] for v in (variants or (DEFAULT_VARIANT,))]
+    specs = [gemm_spec(shape, kind, tile) for table in tables for kind in KINDS for _, tile in table]
     return specs + [combine_spec(shape)]
 
 

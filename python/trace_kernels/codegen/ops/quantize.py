@@ -1,4 +1,9 @@
-"""Codegen for `nvfp4_quantize`: row quantization of x [rows, D], one kernel per (dtype, D)."""
+"""Codegen for `nvfp4_quantize`: row quantization of x [rows, D], one kernel per (dtype, D, variant).
+
+Variants (cuda/include/trace_kernels/quantize.cuh): "v1" half blocks per thread (measured on the
+H200, docs/toolchain.md), "v2" whole blocks per thread (per-block work once per 16 elements, 2x the
+bytes in flight). `VARIANT` is what the op launches; the benchmark A/B-tests every one of VARIANTS.
+"""
 
 from __future__ import annotations
 
@@ -9,34 +14,46 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_quantize"
 TEMPLATE = "nvfp4_quantize.cu.jinja"
 MIN_CTA = 256
+VARIANTS = ("v1", "v2")
+VARIANT = "v1"  # the default launch; switch only on a same-run A/B (profiling/run_gpu_checks_issue3.sh)
 
 
 def _pow2_ceil(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def tiling(dtype, d: int) -> tuple[int, int]:
+def check_variant(variant: str | None) -> str:
+    variant = VARIANT if variant is None else variant
+    if variant not in VARIANTS:
+        raise ValueError(f"{NAME}: variant {variant!r} is not one of {VARIANTS}")
+    return variant
+
+
+def tiling(dtype, d: int, variant: str = "v1") -> tuple[int, int]:
     """(threads per row, threads per block) for rows of d elements.
 
-    Each thread keeps ~4 half blocks (64 B of 16-bit input, 128 B of FP32) in registers: few
-    registers, so many warps per SM overlap one row group's loads with another's arithmetic.
+    v1: ~4 half blocks (64 B of 16-bit input) per thread; v2: ~4 whole blocks (128 B; 2 for FP32)
+    per thread, so a 2048-wide BF16 row is one warp (no shared-memory reduction).
     """
-    half_blocks = d // 8
-    per_thread = 4
-    tpr = min(1024, max(2, _pow2_ceil(-(-half_blocks // per_thread))))
+    units = d // 8 if variant == "v1" else d // 16
+    per_thread = 2 if variant == "v2" and dtype_name(dtype) == "f32" else 4  # v2 FP32: 128 B, as 16-bit
+    tpr = min(1024, max(2 if variant == "v1" else 1, _pow2_ceil(-(-units // per_thread))))
     return tpr, max(tpr, MIN_CTA)
 
 
-def spec(dtype, d: int) -> KernelSpec:
+def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
+    variant = check_variant(variant)
     short = dtype_name(dtype)
-    tpr, cta = tiling(dtype, d)
+    tpr, cta = tiling(dtype, d, variant)
+    parts = (short,) if variant == "v1" else (short, variant)  # v1 keeps its original name
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, short, dims={"d": d}),
+        name=kernel_name(NAME, *parts, dims={"d": d}),
         template=TEMPLATE,
-        params={"cuda_type": CUDA_TYPES[short], "d": d, "tpr": tpr, "cta": cta},
+        params={"cuda_type": CUDA_TYPES[short], "d": d, "tpr": tpr, "cta": cta, "variant": int(variant[1:]),
+                "min_blocks": 0},  # __launch_bounds__ min blocks per SM (0: none); 4 spills v2
         launch={"threads": cta, "rows_per_cta": cta // tpr},
         headers=("trace_kernels/quantize.cuh",),
     )

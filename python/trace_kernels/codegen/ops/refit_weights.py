@@ -1,7 +1,11 @@
 """Codegen for `nvfp4_refit_weights`: expert weights [E, N, K] -> per-expert NVFP4, in place.
 
 The kernel walks each expert as a flat run of N*K elements (blocks along K never straddle rows
-since K % 16 == 0), so one kernel per dtype serves every expert shape; K only locates bad values.
+since K % 16 == 0), so one kernel per (dtype, variant) serves every expert shape; K only locates
+bad values. Variants (cuda/include/trace_kernels/refit_weights.cuh): "v1" one cooperative launch
+with per-expert group barriers (measured on the H200, docs/toolchain.md), "v2" two plain launches
+(amax pass, quantize pass), "v3" one cooperative launch pipelining chunks of experts two deep.
+`VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -13,17 +17,28 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
+VARIANTS = ("v1", "v2", "v3")
+VARIANT = "v1"  # the default launch; switch only on a same-run A/B (profiling/run_gpu_checks_issue3.sh)
 
 
-def spec(dtype) -> KernelSpec:
+def check_variant(variant: str | None) -> str:
+    variant = VARIANT if variant is None else variant
+    if variant not in VARIANTS:
+        raise ValueError(f"{NAME}: variant {variant!r} is not one of {VARIANTS}")
+    return variant
+
+
+def spec(dtype, variant: str | None = None) -> KernelSpec:
+    variant = check_variant(variant)
     short = dtype_name(dtype)
-    slots = 2 if dtype_name(dtype) == "f32" else 8  # FP32: 4 slots spill at 64 registers
+    slots = 2 if short == "f32" else 8  # FP32: 4 slots spill at 64 registers
+    parts = (short,) if variant == "v1" else (short, variant)  # v1 keeps its original name
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, short),
+        name=kernel_name(NAME, *parts),
         template=TEMPLATE,
-        params={"cuda_type": CUDA_TYPES[short], "cta": CTA, "slots": slots},
-        launch={"threads": CTA, "tile_half_blocks": CTA * slots},
+        params={"cuda_type": CUDA_TYPES[short], "cta": CTA, "slots": slots, "variant": int(variant[1:])},
+        launch={"threads": CTA, "tile_half_blocks": CTA * slots, "variant": variant},
         headers=("trace_kernels/refit_weights.cuh",),
     )
 

@@ -1,0 +1,135 @@
+// KV append: K and V rows (BF16 [T, Hkv, D], after RoPE / k-norm) -> paged cache through a slot
+// mapping (flat slot = page * P + offset). NVFP4 pages are quantized per (token, kv head) row
+// exactly as trace_kernels.nvfp4.quantize(x, scale="row") (the quantize epilogue of
+// quantize_epilogue.cuh), and the compact TRACE guidance of what was written can be emitted in
+// token order. BF16 pages get a plain scatter copy. Layout: docs/kv_cache.md.
+//
+// Work split (NVFP4): one 16-element block per thread, D/16 consecutive threads own one row, so a
+// block amax is thread-local and the row amax a shuffle tree inside the row group. blockIdx.y
+// picks K (0) or V (1). The page position depends only on the slot, not on the page size.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "trace_kernels/nvfp4.cuh"
+#include "trace_kernels/quantize_epilogue.cuh"
+#include "trace_kernels/status.cuh"
+#include "trace_kernels/vec.cuh"
+
+namespace trace_kernels {
+
+constexpr uint32_t kStatusKvAppend = 8u;  // status word op bit (next to status.cuh's)
+
+template <int D_, int HKV_, int CTA_>
+struct KvAppendNvfp4Config {
+  static constexpr int D = D_;
+  static constexpr int HKV = HKV_;
+  static constexpr int CTA = CTA_;
+  static constexpr int kThreadsPerRow = D / nvfp4::kBlock;  // one block per thread
+  static constexpr int kRowsPerCta = CTA / kThreadsPerRow;
+  static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
+  static_assert(kThreadsPerRow <= 32 && (kThreadsPerRow & (kThreadsPerRow - 1)) == 0,
+                "D / 16 must be a power of two <= 32 (row group inside one warp)");
+  static_assert(CTA % 32 == 0 && CTA % kThreadsPerRow == 0 && CTA <= 1024, "CTA must hold whole warps");
+};
+
+// Where one page tensor set of K or V lives (codes [slots, Hkv, D/2], ...; slots = pages * P).
+struct Nvfp4PagePtrs {
+  uint8_t* codes;         // [slots, Hkv, D/2]
+  uint8_t* block_scales;  // [slots, Hkv, D/16] e4m3
+  float* scale;           // [slots, Hkv]
+};
+
+struct GuidancePtrs {  // all null: no guidance
+  float* scale;            // [T, Hkv]
+  uint8_t* block_scales;   // [T, Hkv, D/16]
+  uint8_t* mantissa_bits;  // [T, Hkv, D/8]
+};
+
+template <class Cfg>
+__device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict__ x,  // [T, Hkv, D]
+                                                const int64_t* __restrict__ slot_mapping,  // [T]
+                                                Nvfp4PagePtrs pages, GuidancePtrs guidance, int tokens,
+                                                int64_t num_slots, int which, uint32_t* __restrict__ status) {
+  constexpr int D = Cfg::D;
+  constexpr int TPR = Cfg::kThreadsPerRow;
+  const int rows = tokens * Cfg::HKV;
+  const int lane = threadIdx.x % TPR;  // = block index within the row
+  const int row = blockIdx.x * Cfg::kRowsPerCta + threadIdx.x / TPR;  // token * Hkv + head
+  const bool row_ok = row < rows;
+
+  Vec8<__nv_bfloat16> lo, hi;  // the block's two half blocks
+  if (row_ok) {
+    lo.load_stream(x + static_cast<int64_t>(row) * D + lane * 16);
+    hi.load_stream(x + static_cast<int64_t>(row) * D + lane * 16 + 8);
+  } else {
+    lo.zero();
+    hi.zero();
+  }
+  float f0[8], f1[8];
+  lo.to_float(f0);
+  hi.to_float(f1);
+  const float block_amax = nvfp4::fmax_nan(half_block_amax(f0), half_block_amax(f1));
+  float amax = block_amax;
+#pragma unroll
+  for (int offset = TPR / 2; offset >= 1; offset /= 2)
+    amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  if (!row_ok) return;
+
+  if (!nvfp4::is_finite(amax)) {  // nothing of this row is written; the host raises on the flag
+    const uint64_t flat_row = static_cast<uint64_t>(which) * rows + row;  // rows of [2 (K, V), T, Hkv]
+    if (!nvfp4::is_finite(half_block_amax(f0))) report_nonfinite(status, kStatusKvAppend, flat_row, lane * 16, f0);
+    if (!nvfp4::is_finite(half_block_amax(f1))) report_nonfinite(status, kStatusKvAppend, flat_row, lane * 16 + 8, f1);
+    return;
+  }
+  const int token = row / Cfg::HKV;
+  const int head = row - token * Cfg::HKV;
+  const int64_t slot = slot_mapping[token];
+  if (slot < 0 || slot >= num_slots) return;  // rejected on the host; never write out of bounds
+  const int64_t dest = slot * Cfg::HKV + head;
+
+  const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
+  const nvfp4::BlockStep step = nvfp4::block_step(block_amax, s, nvfp4::kFp4Max * s);
+  const HalfBlockOut q0 = quantize_half_block(f0, step);
+  const HalfBlockOut q1 = quantize_half_block(f1, step);
+
+  reinterpret_cast<uint2*>(pages.codes + dest * (D / 2))[lane] = make_uint2(q0.codes, q1.codes);
+  pages.block_scales[dest * (D / 16) + lane] = step.scale_bits;
+  if (lane == 0) pages.scale[dest] = s;
+  if (guidance.mantissa_bits != nullptr) {
+    reinterpret_cast<uint16_t*>(guidance.mantissa_bits + static_cast<int64_t>(row) * (D / 8))[lane] =
+        static_cast<uint16_t>(mantissa_bits_of(q0.codes) | (mantissa_bits_of(q1.codes) << 8));
+    guidance.block_scales[static_cast<int64_t>(row) * (D / 16) + lane] = step.scale_bits;
+    if (lane == 0) guidance.scale[row] = s;
+  }
+}
+
+template <int D_, int HKV_, int CTA_>
+struct KvAppendBf16Config {
+  static constexpr int D = D_;
+  static constexpr int HKV = HKV_;
+  static constexpr int CTA = CTA_;
+  static constexpr int kThreadsPerRow = D / 8;  // 16 bytes per thread
+  static constexpr int kRowsPerCta = CTA / kThreadsPerRow;
+  static_assert(D % 8 == 0 && CTA % kThreadsPerRow == 0, "D must be a multiple of 8 and rows fit the CTA");
+};
+
+// Scatter copy into BF16 pages: data [slots, Hkv, D].
+template <class Cfg>
+__device__ __forceinline__ void kv_append_bf16(const __nv_bfloat16* __restrict__ x,  // [T, Hkv, D]
+                                               const int64_t* __restrict__ slot_mapping,  // [T]
+                                               __nv_bfloat16* __restrict__ pages, int tokens, int64_t num_slots) {
+  constexpr int D = Cfg::D;
+  const int rows = tokens * Cfg::HKV;
+  const int lane = threadIdx.x % Cfg::kThreadsPerRow;
+  const int row = blockIdx.x * Cfg::kRowsPerCta + threadIdx.x / Cfg::kThreadsPerRow;
+  if (row >= rows) return;
+  const int token = row / Cfg::HKV;
+  const int64_t slot = slot_mapping[token];
+  if (slot < 0 || slot >= num_slots) return;
+  const uint4 v = __ldcs(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(row) * D) + lane);
+  reinterpret_cast<uint4*>(pages + (slot * Cfg::HKV + (row - token * Cfg::HKV)) * D)[lane] = v;
+}
+
+}  // namespace trace_kernels

@@ -1,0 +1,470 @@
+// NVFP4 MoE grouped GEMM, warp-specialized persistent variant ("ws"; moe_gemm.cuh is "v1").
+//
+// Same semantics and the same arithmetic as moe_gemm.cuh: the A registers hold the same exact BF16
+// products value(code) * block scale, and the same wgmma.m64nTNk16 sequence runs in the same k order
+// into the same accumulators, so every output is bitwise identical to v1's (tested).
+// What differs is how the bytes arrive and how the work is scheduled:
+//   * persistent CTAs walk the (token tile, weight tile) items item = y * XT + wt, y-major, in steps
+//     of gridDim.x (the host sizes the grid to the SMs x occupancy);
+//   * a producer warpgroup (the last; setmaxnreg gives its registers to the consumers, and only its
+//     first warp works) fills a STAGES-deep ring of CPS K-chunks of 64 per stage:
+//     the fragment-ordered weight records with cp.async.bulk (async proxy, mbarrier complete_tx,
+//     one instruction per warpgroup per record kind), the gathered activation rows with cp.async whose
+//     completion the same mbarrier tracks (cp.async.mbarrier.arrive), as CUTLASS's
+//     cp.async + GMMA warp-specialized mainloop does: no CTA barrier and no fence.proxy.async
+//     (MEMBAR) per iteration;
+//   * consumer warpgroups wait on full[s], dequantize, issue wgmma, and release the stage on empty[s]
+//     once their wgmmas that read it have completed; they never wait for each other in the main
+//     loop, so one warpgroup's dequantization overlaps the other's tensor-core work;
+//   * LUT32: the byte -> bf16x2 code table is replicated once per lane (entry i of lane l at word
+//     32 i + l): every lookup is bank-conflict free (the 256-entry table of v1 serializes random
+//     lookups ~3-4 ways); block scales are converted with exact FP32 arithmetic instead of a table.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include <cute/tensor.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+
+#include "trace_kernels/moe_gemm.cuh"
+
+namespace trace_kernels::moe {
+
+namespace ws {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_addr(bar)),
+               "r"(bytes) : "memory");
+}
+// Holds bar's current phase open until all of this thread's earlier cp.asyncs have landed (without
+// .noinc the pending count is raised now and lowered when they land: no net arrival, so the thread
+// also arrives normally; this does not depend on the init count accounting for async arrivals).
+__device__ __forceinline__ void cp_async_track(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "TK_MBAR_WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra TK_MBAR_WAIT;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+// 1D bulk copy global -> shared through the async proxy; completion counted in bytes on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+// Barrier among the consumer warpgroups only (id 1; 0 is __syncthreads).
+template <int THREADS>
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); }
+
+// Exact BF16 pair (s, s) of the E4M3 scale in byte I of `word` (non-negative and not NaN, as
+// quantization writes them): its exponent and mantissa bits placed at FP32 bits 20..26 give
+// value * 2^-120 (E4M3 subnormals become FP32 subnormals; no flush-to-zero in this build), times
+// 2^120 is exact, and with 4 significant bits the FP32's high half is the exact BF16.
+__device__ __forceinline__ uint32_t e4m3_to_bf16x2(uint32_t word, int i) {  // i: unrolled constant
+  const uint32_t bits = (i < 3 ? (word << (20 - 8 * i)) : (word >> 4)) & 0x07F00000u;
+  const float f = __uint_as_float(bits) * 0x1p120f;
+  return __byte_perm(__float_as_uint(f), 0u, 0x3232);
+}
+
+}  // namespace ws
+
+// Shared-memory plan of the ws kernel (mirrored by codegen.ops.moe_gemm.smem_bytes). The tables and
+// barriers sit at fixed offsets from the start of dynamic shared memory (so table lookups address
+// [register + constant]); the ring starts at the next 1024-byte boundary (SW128 atoms).
+template <int TN, int NWG, int STAGES, int CPS, bool LUT32, int MT = 1>
+struct MoEWsSmem {
+  static constexpr int kLut = 0;
+  static constexpr int kLutBytes = LUT32 ? 256 * 32 * 4 : 2 * 256 * 4;  // LUT32: codes only; else codes + scales
+  static constexpr int kBars = kLut + kLutBytes;                         // uint64 full[STAGES], empty[STAGES], tok_free[2]
+  static constexpr int kTokens = kBars + (2 * STAGES + 2) * 8;          // float [2][2][TN]: token scale, router weight
+  static constexpr int kSrcRows = kTokens + 2 * 2 * TN * 4;              // int32 [TN] (producer warp only)
+  static constexpr int kFlag = kSrcRows + TN * 4;                        // int32 [4]
+  static constexpr int kTileStart = kFlag + 16;                          // int32 [E+1]
+  static constexpr int header(int num_experts) { return kTileStart + (num_experts + 1) * 4; }
+  // ring, relative to its 1024-aligned start
+  static constexpr int kBSub = TN * detail::kChunkK * 2;                 // one K chunk of activations
+  static constexpr int kBStage = CPS * kBSub;
+  static constexpr int kCodesStage = NWG * MT * CPS * detail::kCodeRecord;   // [NWG*MT][CPS][2048]
+  static constexpr int kScalesStage = NWG * MT * CPS * detail::kScaleRecord; // [NWG*MT][CPS][256]
+  static constexpr int kB = 0;
+  static constexpr int kCodes = kB + STAGES * kBStage;
+  static constexpr int kScales = kCodes + STAGES * kCodesStage;
+  static constexpr int kRing = kScales + STAGES * kScalesStage;
+  static constexpr int bytes(int num_experts) { return header(num_experts) + 1024 + kRing; }
+};
+
+// Registers per thread after setmaxnreg. A CTA's register pool is fixed at launch: (NWG + 1) * 128
+// threads times the count ptxas gives the kernel, which with setmaxnreg is the launch-bounds cap
+// (65536 / threads / MIN_BLOCKS, rounded down to 8). The producer warpgroup shrinks to kProducerRegs,
+// the consumers grow into the rest; asking for more than the pool would hang setmaxnreg.inc, so the
+// host checks the cubin's register count against ws_register_split (codegen.ops.moe_gemm).
+constexpr int kProducerRegs = 64;
+template <int NWG, int MIN_BLOCKS>
+constexpr int entry_regs() {
+  const int r = 65536 / (128 * (NWG + 1) * MIN_BLOCKS) / 8 * 8;
+  return r > 255 ? 248 : r;
+}
+template <int NWG, int MIN_BLOCKS>
+constexpr int consumer_regs() {
+  const int r = ((NWG + 1) * entry_regs<NWG, MIN_BLOCKS>() - kProducerRegs) / NWG / 8 * 8;
+  return r > 240 ? 240 : r;
+}
+
+// MT: 64-row weight tiles per consumer warpgroup (MT = 2: 128 rows per warpgroup, so each activation
+// byte read from L2 feeds twice the MMAs; the second tile's dequantization overlaps the first's wgmmas).
+template <int E, int N, int K, int TN, int NWG, int STAGES, int CPS, Epilogue EPI, int SMEM_BYTES, bool OVERLAP,
+          bool LUT32, int MIN_BLOCKS, int MT = 1>
+__device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
+  using namespace cute;
+  using Smem = MoEWsSmem<TN, NWG, STAGES, CPS, LUT32, MT>;
+  constexpr int kConsumers = NWG * 128;
+  constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup
+  constexpr int kConsumerRegs = consumer_regs<NWG, MIN_BLOCKS>();
+  static_assert(kConsumerRegs >= 64 && kConsumerRegs >= entry_regs<NWG, MIN_BLOCKS>(),
+                "too many CTAs per SM for the consumer registers");
+  constexpr int kBlockRows = 64 * NWG * MT;
+  constexpr int kRowTiles = N / 64;
+  constexpr int kXTiles = N / kBlockRows;
+  constexpr int kChunks = K / detail::kChunkK;
+  constexpr int kStageIters = kChunks / CPS;  // ring iterations per item
+  constexpr uint32_t kTxBytes = NWG * MT * CPS * (detail::kCodeRecord + detail::kScaleRecord);
+  static_assert(N % kBlockRows == 0 && K % (detail::kChunkK * CPS) == 0, "N % (64*NWG*MT) and K % (64*CPS) must be 0");
+  static_assert(MT == 1 || MT == 2, "MT in {1, 2}");
+  static_assert(!(OVERLAP && MT > 1), "MT = 2 overlaps within the stage instead");
+  static_assert(TN % 8 == 0 && TN >= 8 && TN <= 256, "wgmma N is 8..256 in steps of 8");
+  static_assert(STAGES >= 2 && (CPS == 1 || CPS == 2), "STAGES >= 2, CPS in {1, 2}");
+  static_assert(!OVERLAP || kStageIters % 2 == 0, "OVERLAP alternates two A buffers: even number of stages per item");
+  static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
+  static_assert(EPI != Epilogue::SwigluQuant || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
+
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem_raw + Smem::kLut);
+  uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem_raw + Smem::kBars);
+  uint64_t* empty_bar = full_bar + STAGES;
+  uint64_t* tok_free = empty_bar + STAGES;  // [2]: consumers are done with a token-scale slot
+  float* tok = reinterpret_cast<float*>(smem_raw + Smem::kTokens);  // [slot][scale | weight][TN]
+  int32_t* src_rows = reinterpret_cast<int32_t*>(smem_raw + Smem::kSrcRows);
+  int32_t* flag = reinterpret_cast<int32_t*>(smem_raw + Smem::kFlag);
+  int32_t* tile_start = reinterpret_cast<int32_t*>(smem_raw + Smem::kTileStart);  // [E+1]
+  // the ring: next 1024-byte boundary after the header (offsetting smem_raw keeps LDS addressing)
+  const uint32_t ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + Smem::header(E);
+  uint8_t* smem = smem_raw + Smem::header(E) + ((1024u - (ring_base & 1023u)) & 1023u);
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+
+  // ---- tables, tile scan, barriers (all threads, once per persistent CTA) ----
+  if constexpr (LUT32) {
+    for (int i = tid; i < 256 * 8; i += kThreads) {  // entry `byte` of lane l at word 32 * byte + l
+      const int byte = i >> 3;
+      __nv_bfloat162 v = __floats2bfloat162_rn(nvfp4::code_value(byte & 0xf), nvfp4::code_value(byte >> 4));
+      const uint32_t w = *reinterpret_cast<uint32_t*>(&v);
+      reinterpret_cast<uint4*>(lut)[i] = make_uint4(w, w, w, w);
+    }
+  } else {
+    for (int i = tid; i < 256; i += kThreads) {
+      __nv_bfloat162 v = __floats2bfloat162_rn(nvfp4::code_value(i & 0xf), nvfp4::code_value(i >> 4));
+      lut[i] = *reinterpret_cast<uint32_t*>(&v);
+      const float sf = nvfp4::e4m3_to_float(static_cast<uint8_t>(i));
+      __nv_bfloat162 sv = __floats2bfloat162_rn(sf, sf);  // v1's scale table
+      lut[256 + i] = *reinterpret_cast<uint32_t*>(&sv);
+    }
+  }
+  if (tid < 32) {
+    constexpr int kPer = (E + 31) / 32;
+    int local[kPer];
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = tid * kPer + i;
+      int tiles = 0;
+      if (e < E) tiles = (p.offsets[e + 1] - p.offsets[e] + TN - 1) / TN;
+      local[i] = sum;
+      sum += tiles;
+    }
+    int incl = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (tid >= d) incl += v;
+    }
+    const int base = incl - sum;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = tid * kPer + i;
+      if (e < E) tile_start[e] = base + local[i];
+    }
+    if (tid == 31) tile_start[E] = incl;
+  }
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      ws::mbar_init(&full_bar[s], 32 + 1);          // 32 producer lanes + lane 0's expect_tx
+      ws::mbar_init(&empty_bar[s], kConsumers);     // every consumer thread releases
+    }
+    ws::mbar_init(&tok_free[0], kConsumers);
+    ws::mbar_init(&tok_free[1], kConsumers);
+  }
+  __syncthreads();
+  // (read after setmaxnreg in each role: a value live across it is spilled)
+  auto items = [&]() { return tile_start[E] * kXTiles; };
+
+  // item -> (expert, first sorted row, valid rows, weight tile); expert by binary search of tile_start
+  auto decode = [&](int item, int& expert, int& row0, int& rows_valid, int& wt, int& y_tile) {
+    y_tile = item / kXTiles;
+    wt = item - y_tile * kXTiles;
+    int lo = 0, hi = E;  // largest e with tile_start[e] <= y_tile (empty experts share starts: take the last)
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) >> 1;
+      if (tile_start[mid] <= y_tile) lo = mid; else hi = mid;
+    }
+    expert = lo;
+    row0 = p.offsets[expert] + (y_tile - tile_start[expert]) * TN;
+    rows_valid = min(TN, p.offsets[expert + 1] - row0);
+  };
+
+  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
+                                             make_shape(Int<TN>{}, Int<detail::kChunkK>{}, Int<STAGES * CPS>{})));
+
+  if (tid >= kConsumers) {
+    // ================= producer warpgroup: its first warp issues every copy =================
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (tid >= kConsumers + 32) return;
+    const int num_items = items();
+    int it = 0, local = 0;
+    for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++local) {
+      int expert, row0, rows_valid, wt, y_tile;
+      decode(item, expert, row0, rows_valid, wt, y_tile);
+      // token scales (s_w * s_a, v1's product) and router weights of this item for the consumers'
+      // epilogue, in slot local & 1 once they released it; published by this lane's arrivals on the
+      // item's first full barrier (release), read after their wait on it (acquire)
+      const int slot = local & 1;
+      ws::mbar_wait(&tok_free[slot], ((local >> 1) & 1) ^ 1);
+      __syncwarp();  // every lane is done with the previous item's src_rows
+      {
+        const float s_w = p.w_scale[expert];
+        for (int n = lane; n < TN; n += 32) {
+          int src = -1;
+          float scale = 0.0f, weight = 0.0f;
+          if (n < rows_valid) {
+            src = p.row_index ? p.row_index[row0 + n] : row0 + n;
+            scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
+            if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
+          }
+          src_rows[n] = src;
+          tok[(2 * slot) * TN + n] = scale;
+          tok[(2 * slot + 1) * TN + n] = weight;
+        }
+      }
+      __syncwarp();
+      const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG * MT) * kChunks;  // (tile, chunk 0)
+      const int c = lane & 7;  // this lane's 16-byte column piece of every activation row
+      for (int ks = 0; ks < kStageIters; ++ks, ++it) {
+        const int s = it % STAGES;
+        ws::mbar_wait(&empty_bar[s], ((it / STAGES) & 1) ^ 1);
+        if (lane == 0) {
+          ws::mbar_arrive_expect_tx(&full_bar[s], kTxBytes);
+#pragma unroll
+          for (int w = 0; w < NWG * MT; ++w) {  // record group w = warpgroup * MT + m tile
+            const size_t rec = record + static_cast<size_t>(w) * kChunks + ks * CPS;  // CPS records are contiguous
+            ws::bulk_copy(smem + Smem::kCodes + s * Smem::kCodesStage + w * CPS * detail::kCodeRecord,
+                          p.w_codes + rec * detail::kCodeRecord, CPS * detail::kCodeRecord, &full_bar[s]);
+            ws::bulk_copy(smem + Smem::kScales + s * Smem::kScalesStage + w * CPS * detail::kScaleRecord,
+                          p.w_scales + rec * detail::kScaleRecord, CPS * detail::kScaleRecord, &full_bar[s]);
+          }
+        }
+#pragma unroll
+        for (int sub = 0; sub < CPS; ++sub) {
+          const int chunk = ks * CPS + sub;
+          uint8_t* dst = smem + Smem::kB + (s * CPS + sub) * Smem::kBSub;
+          // rows n = lane/8 + 4j; same address as &sB(n, 8c, s*CPS+sub) (closed-form SW128, as v1)
+          for (int n = lane >> 3; n < TN; n += 4) {
+            const int src = src_rows[n];
+            const __nv_bfloat16* g =
+                p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + chunk * detail::kChunkK + c * 8);
+            detail::cp_async_16(dst + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
+          }
+        }
+        ws::cp_async_track(&full_bar[s]);  // the phase waits for this lane's cp.asyncs ...
+        ws::mbar_arrive(&full_bar[s]);     // ... and counts this lane once
+      }
+    }
+    return;
+  }
+
+  // ================= consumer warpgroups =================
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int num_items = items();
+  const int wg = tid / 128;
+  const int warp_in_wg = (tid % 128) / 32;
+  const int g = lane / 4, q = lane % 4;
+  using MmaOp = decltype(SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<TN>, _16>>());
+  TiledMMA tiled_mma = make_tiled_mma(MmaOp{});
+  auto thr_mma = tiled_mma.get_thread_slice(tid % 128);
+  using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
+                                             make_shape(Int<64 * MT>{}, Int<detail::kChunkK * CPS>{})));
+  bfloat16_t* smem_b = reinterpret_cast<bfloat16_t*>(smem + Smem::kB);
+  Tensor sB = make_tensor(make_smem_ptr(smem_b), SmemLayoutB{});               // (TN, 64, STAGES*CPS)
+  Tensor sA_shape = make_tensor(make_smem_ptr(smem_b), SmemLayoutA{});         // (64*MT, 64*CPS): shape only
+  Tensor tCsB = thr_mma.partition_B(sB);                                       // (MMA, 1, 4, STAGES*CPS)
+  Tensor tCrB = thr_mma.make_fragment_B(tCsB);                                 // descriptors
+  Tensor tCrA = thr_mma.partition_fragment_A(sA_shape);                        // (MMA, MT, 4*CPS) bf16 regs
+  Tensor tCrA_next = make_fragment_like(tCrA);                                 // OVERLAP's second buffer
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<64 * MT>, Int<TN>>{});  // ((2,2,TN/8), MT, 1)
+  static_assert(size<1>(tCrA) == MT && size<2>(tCrA) == 4 * CPS && size(accum) == MT * TN / 2,
+                "unexpected wgmma fragment shapes");
+  const uint32_t lane4 = lane * 4;  // LUT32: byte offset of this lane's copy (entry i at byte 128 i + 4 lane)
+
+  // dequantize stage s (MT x CPS records of this warpgroup) into frag_a, issue its wgmmas
+  auto stage_mma = [&](const int s, auto& frag_a) {
+    auto a_u32 = recast<uint32_t>(frag_a);  // (4 regs, MT, 4*CPS)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int sub = 0; sub < CPS; ++sub) {
+        const int rec = (wg * MT + mt) * CPS + sub;  // record of this warpgroup's m tile mt, K chunk sub
+        const uint4 codes = *reinterpret_cast<const uint4*>(smem + Smem::kCodes + s * Smem::kCodesStage +
+                                                            rec * detail::kCodeRecord + (tid % 128) * 16);
+        const uint2 scales = *reinterpret_cast<const uint2*>(smem + Smem::kScales + s * Smem::kScalesStage +
+                                                             rec * detail::kScaleRecord + (warp_in_wg * 8 + g) * 8);
+        const uint32_t code_words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t s_r, s_r8;  // scales of rows r and r+8: bytes 2(j&1), 2(j&1)+1 of scales.x (j < 2) / .y
+          if constexpr (LUT32) {
+            const uint32_t word = j < 2 ? scales.x : scales.y;
+            s_r = ws::e4m3_to_bf16x2(word, 2 * (j & 1));
+            s_r8 = ws::e4m3_to_bf16x2(word, 2 * (j & 1) + 1);
+          } else {
+            const uint32_t sw = (j < 2 ? scales.x : scales.y) >> (16 * (j & 1));
+            s_r = lut[256 + (sw & 0xff)];
+            s_r8 = lut[256 + ((sw >> 8) & 0xff)];
+          }
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
+            const uint32_t w = code_words[j];
+            uint32_t v;
+            if constexpr (LUT32) {  // ((byte b) * 128) | lane4 in one shift + one LOP3
+              const uint32_t off = ((b == 0 ? (w << 7) : (w >> (8 * b - 7))) & 0x7F80u) | lane4;
+              v = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint8_t*>(lut) + off);
+            } else {
+              v = lut[(w >> (8 * b)) & 0xff];
+            }
+            __nv_bfloat162 prod = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v),
+                                          *reinterpret_cast<const __nv_bfloat162*>((b & 1) ? &s_r8 : &s_r));
+            a_u32(b, mt, sub * 4 + j) = *reinterpret_cast<uint32_t*>(&prod);
+          }
+        }
+      }
+      // issue m tile mt now: its wgmmas run while the next m tile is dequantized
+      warpgroup_fence_operand(accum);
+      warpgroup_arrive();
+#pragma unroll
+      for (int sub = 0; sub < CPS; ++sub)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          cute::gemm(tiled_mma, frag_a(_, mt, sub * 4 + j), tCrB(_, 0, j, s * CPS + sub), accum(_, mt, 0));
+    }
+    warpgroup_commit_batch();
+  };
+
+  int it = 0, local = 0;
+  for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++local) {
+    int expert, row0, rows_valid, wt, y_tile;
+    decode(item, expert, row0, rows_valid, wt, y_tile);
+    const float* tok_scale = tok + (2 * (local & 1)) * TN;   // written by the producer for this item
+    const float* tok_weight = tok_scale + TN;
+    clear(accum);
+    if constexpr (OVERLAP) {
+      // wgmmas of stage it stay in flight while stage it+1 is dequantized into the other A buffer;
+      // a stage is released once the wgmma.wait after the next stage's issue has retired its reads.
+      for (int ks = 0; ks < kStageIters; ks += 2) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half, ++it) {
+          const int s = it % STAGES;
+          ws::mbar_wait(&full_bar[s], (it / STAGES) & 1);
+          if (half == 0) stage_mma(s, tCrA); else stage_mma(s, tCrA_next);
+          warpgroup_wait<1>();
+          warpgroup_fence_operand(accum);
+          if (ks + half > 0) ws::mbar_arrive(&empty_bar[(it - 1) % STAGES]);
+        }
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(accum);
+      ws::mbar_arrive(&empty_bar[(it - 1) % STAGES]);
+    } else {
+      for (int ks = 0; ks < kStageIters; ++ks, ++it) {
+        const int s = it % STAGES;
+        ws::mbar_wait(&full_bar[s], (it / STAGES) & 1);
+        stage_mma(s, tCrA);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(accum);
+        ws::mbar_arrive(&empty_bar[s]);
+      }
+    }
+
+    // ---- epilogue (as v1; token scales from the producer's slot) ----
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int tile_row = wt * kBlockRows + (wg * MT + mt) * 64 + warp_in_wg * 16;
+      const int wrow = tile_row + g;  // v1 adds 8
+#pragma unroll
+      for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+        for (int v0 = 0; v0 < 2; ++v0) {
+          const int n = 2 * q + v0 + 8 * v2;
+          if (n >= rows_valid) continue;
+          const int m = row0 + n;
+          const float scale = tok_scale[n];
+          const float y0 = accum(v0 + 4 * v2, mt, 0) * scale;      // row wrow
+          const float y1 = accum(v0 + 2 + 4 * v2, mt, 0) * scale;  // row wrow + 8
+          if constexpr (EPI == Epilogue::Plain) {
+            p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
+            p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
+          } else if constexpr (EPI == Epilogue::RouterWeight) {
+            const float rw = tok_weight[n];
+            p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
+            p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
+          } else {
+            const int inter = tile_row / 2 + g;
+            p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
+          }
+        }
+      }
+    }
+    ws::mbar_arrive(&tok_free[local & 1]);  // this thread is done with the slot
+    if constexpr (EPI == Epilogue::SwigluQuant) {
+      // the last CTA to finish token tile y_tile quantizes its complete rows of h (order-independent)
+      __threadfence();
+      ws::consumer_sync<kConsumers>();
+      if (tid == 0) {
+        const int done = atomicAdd(&p.tile_counters[y_tile], 1);
+        flag[0] = (done == kXTiles - 1);
+      }
+      ws::consumer_sync<kConsumers>();
+      if (flag[0]) {
+        __threadfence();
+        if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
+        for (int n = tid / 32; n < rows_valid; n += kConsumers / 32)
+          quantize_row_nvfp4<N / 2>(p.out + static_cast<size_t>(row0 + n) * (N / 2), row0 + n, lane, p.q_codes,
+                                    p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+      }
+      ws::consumer_sync<kConsumers>();  // flag[0] is rewritten by the next item
+    }
+  }
+}
+
+}  // namespace trace_kernels::moe

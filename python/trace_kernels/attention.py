@@ -1,0 +1,266 @@
+"""Attention over the paged KV cache (NVFP4 or BF16 pages, docs/kv_cache.md).
+
+    out = decode_attention(q, k_pages, v_pages, block_table, lengths)          # q bf16 [B, Hq, D]
+    out = extend_attention(q, k_pages, v_pages, block_table, lengths)          # q [B, Tq, Hq, D]
+
+decode_attention: one new token per sequence; GPU = split-KV flash-decoding kernels
+(cuda/include/trace_kernels/attention_decode.cuh) + a combine; CPU = the reference, which
+dequantizes the pages in FP32 (value(code) * b * s), runs FP32 softmax attention and rounds to BF16.
+extend_attention (prefill / extend): gathers and dequantizes the same pages in FP32 - the values
+the decode kernel computes with - and calls torch's scaled_dot_product_attention.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from trace_kernels import kv_cache, nvtx
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation (before any launch)
+# ----------------------------------------------------------------------------------------------
+
+def validate(q, k_cache, v_cache, block_table, lengths, *, check_values: bool, q_rank: int = 3
+             ) -> kv_cache.PageGeometry:
+    geom = kv_cache.cache_geometry(k_cache, v_cache)
+    device = kv_cache.cache_device(k_cache)
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
+    layout = "[B, Hq, D]" if q_rank == 3 else "[B, Tq, Hq, D]"
+    if q.dim() != q_rank:
+        raise ValueError(f"q must be {layout}, got shape {tuple(q.shape)}")
+    if q.device != device:
+        raise ValueError(f"q is on {q.device} but the KV cache is on {device}")
+    hq, d = q.shape[-2], q.shape[-1]
+    if d != geom.head_dim:
+        raise ValueError(f"q has head_dim {d} but the KV cache has {geom.head_dim}")
+    if hq % geom.kv_heads:
+        raise ValueError(f"q has {hq} heads, not a multiple of the cache's {geom.kv_heads} kv heads")
+    kv_cache.check_block_table(block_table, lengths, geom, device, batch=q.shape[0], check_values=check_values)
+    return geom
+
+
+def _default_scale(softmax_scale: float | None, head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+
+
+# ----------------------------------------------------------------------------------------------
+# References
+# ----------------------------------------------------------------------------------------------
+
+def gather_kv(k_cache, v_cache, block_table, lengths, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """K, V of every position [B, max_pages * P, Hkv, D] in dtype (positions >= length read slot 0)."""
+    geom = kv_cache.cache_geometry(k_cache, v_cache)
+    slots = kv_cache.slot_table(block_table, geom.page_size, lengths)  # [B, S]
+    return kv_cache.gather_slots(k_cache, slots, dtype), kv_cache.gather_slots(v_cache, slots, dtype)
+
+
+def decode_attention_reference(q, k_cache, v_cache, block_table, lengths, softmax_scale: float | None = None
+                               ) -> torch.Tensor:
+    """FP32 attention of q [B, Hq, D] over positions 0..length-1 of each sequence -> bf16 [B, Hq, D]."""
+    b, hq, d = q.shape
+    keys, values = gather_kv(k_cache, v_cache, block_table, lengths)  # [B, S, Hkv, D] f32
+    group = hq // keys.shape[2]
+    keys = keys.repeat_interleave(group, dim=2)  # [B, S, Hq, D]
+    values = values.repeat_interleave(group, dim=2)
+    scores = torch.einsum("bhd,bshd->bhs", q.float(), keys) * _default_scale(softmax_scale, d)  # [B, Hq, S]
+    pos = torch.arange(keys.shape[1], device=q.device)
+    scores = scores.masked_fill(pos[None, None, :] >= lengths.long()[:, None, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.einsum("bhs,bshd->bhd", probs, values).to(torch.bfloat16)
+
+
+def extend_attention(q, k_cache, v_cache, block_table, lengths, query_positions: torch.Tensor | None = None,
+                     softmax_scale: float | None = None, *, check_values: bool = True) -> torch.Tensor:
+    """Prefill / extend attention over the paged cache: q [B, Tq, Hq, D] -> [B, Tq, Hq, D] (q's dtype).
+
+    query_positions int64 [B, Tq] (default: the last Tq positions, lengths - Tq .. lengths - 1);
+    query i of sequence b attends to positions <= query_positions[b, i] that are < lengths[b]. The
+    new tokens must already be in the cache (kv_append first), so prefill and decode read the same
+    bytes. K/V are dequantized in FP32 exactly as the decode kernel's values, then cast to q's
+    dtype for SDPA (BF16 q: one BF16 rounding of each dequantized value, relative error <= 2^-9;
+    pass FP32 q for no rounding at all).
+    """
+    geom = validate(q, k_cache, v_cache, block_table, lengths, check_values=check_values, q_rank=4)
+    b, tq, hq, d = q.shape
+    if query_positions is None:
+        query_positions = lengths.long()[:, None] - tq + torch.arange(tq, device=q.device)[None, :]
+    if tuple(query_positions.shape) != (b, tq):
+        raise ValueError(f"query_positions must be [B, Tq] = [{b}, {tq}], got {tuple(query_positions.shape)}")
+    keys, values = gather_kv(k_cache, v_cache, block_table, lengths, dtype=q.dtype)  # [B, S, Hkv, D]
+    pos = torch.arange(keys.shape[1], device=q.device)
+    allowed = ((pos[None, None, :] <= query_positions.long()[:, :, None])
+               & (pos[None, None, :] < lengths.long()[:, None, None]))  # [B, Tq, S]
+    allowed[:, :, 0] |= ~allowed.any(dim=-1)  # a query before position 0 (padding): keep softmax finite
+    with nvtx.annotate("extend_attention"):
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+                                             attn_mask=allowed[:, None], scale=_default_scale(softmax_scale, d),
+                                             enable_gqa=hq != geom.kv_heads)
+    return out.transpose(1, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU launch
+# ----------------------------------------------------------------------------------------------
+
+class _DecodeParams(ctypes.Structure):  # trace_kernels::DecodeParams
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "q", "k_codes", "v_codes", "k_block_scales", "v_block_scales", "k_scale", "v_scale", "block_table",
+        "lengths", "out", "o_part", "lse_part")] + [
+        ("max_pages", ctypes.c_int32), ("tiles_per_split", ctypes.c_int32), ("scale_log2", ctypes.c_float)]
+
+
+MAX_SPLITS = 256
+# decode kernel per page format: "simt" (FP32 CUDA cores) or "mma" (tensor cores); docs/kv_cache.md.
+# mma: both passed every GPU test and were 1.6-2x faster than simt on the H200 (2026-11-29 run).
+DEFAULT_NVFP4_VARIANT = "mma"
+DEFAULT_BF16_VARIANT = "mma"
+
+
+@functools.lru_cache(maxsize=1024)
+def plan_splits(batch: int, ctas_per_split: int, max_tokens: int, tile_tokens: int, resident_ctas: int,
+                num_splits: int | None = None) -> tuple[int, int]:
+    """(splits, tiles per split) from shapes only (no host sync, CUDA-graph safe).
+
+    resident_ctas = SMs x CTAs per SM. Picks the split count with the least modelled time
+    waves x (tiles per split + 1): whole waves of resident CTAs (a partly filled last wave costs a
+    full one), plus about one tile of prologue / epilogue per CTA; ties go to fewer splits.
+    """
+    tiles = max(1, -(-max_tokens // tile_tokens))
+    base = max(1, batch * ctas_per_split)
+    if num_splits is None:
+        best = None
+        for s in range(1, min(tiles, MAX_SPLITS) + 1):
+            per_split = -(-tiles // s)
+            s_eff = -(-tiles // per_split)
+            cost = -(-base * s_eff // max(1, resident_ctas)) * (per_split + 1)
+            if best is None or cost < best[0]:
+                best = (cost, s_eff)
+        num_splits = best[1]
+    num_splits = max(1, min(int(num_splits), tiles, 65535))
+    per_split = -(-tiles // num_splits)
+    return -(-tiles // per_split), per_split
+
+
+_resident: dict[tuple[str, int], int] = {}
+
+
+def _resident_ctas(kernel, name: str, device: int, threads: int) -> int:
+    key = (name, device)
+    if key not in _resident:
+        from trace_kernels.runtime import multiprocessor_count
+        try:
+            per_sm = kernel.max_active_blocks_per_sm(device, threads)
+        except Exception:  # occupancy query unavailable: assume 3 (the register-limited count at D = 128)
+            per_sm = 3
+        _resident[key] = max(1, per_sm) * multiprocessor_count(device)
+    return _resident[key]
+
+
+def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scale, num_splits, variant):
+    from trace_kernels.codegen.ops import decode_attention as codegen
+    from trace_kernels.ops._common import check_cuda_device, check_tensor, new_output
+    from trace_kernels.runtime import i32, kernel_for, ptr
+    device = check_cuda_device(q)
+    check_tensor(q, "q")
+    for t, name in ((block_table, "block_table"), (lengths, "lengths")):
+        check_tensor(t, name, aligned=False)
+    for pages, prefix in ((k_cache, "k_cache"), (v_cache, "v_cache")):
+        for t in kv_cache.page_tensors(pages):
+            check_tensor(t, prefix)
+    b, hq, d = q.shape
+    out = new_output((b, hq, d), torch.bfloat16, q.device)
+    if b == 0:
+        return out
+    fmt = "nvfp4" if geom.nvfp4 else "bf16"
+    if variant is None:
+        variant = DEFAULT_NVFP4_VARIANT if geom.nvfp4 else DEFAULT_BF16_VARIANT
+    spec = codegen.spec(fmt, hq, geom.kv_heads, d, geom.page_size, variant)
+    ctas_per_split = geom.kv_heads * spec.launch["head_groups"]
+    kernel = kernel_for(spec)
+    resident = _resident_ctas(kernel, spec.name, device, spec.launch["threads"])
+    splits, per_split = plan_splits(b, ctas_per_split, block_table.shape[1] * geom.page_size,
+                                    spec.launch["tile_tokens"], resident, num_splits)
+    o_part = lse = None
+    if splits > 1:
+        o_part = torch.empty((b, hq, splits, d), dtype=torch.float32, device=q.device)
+        lse = torch.empty((b, hq, splits), dtype=torch.float32, device=q.device)
+    if geom.nvfp4:
+        tensors = (k_cache.codes, v_cache.codes, k_cache.block_scales, v_cache.block_scales, k_cache.scale,
+                   v_cache.scale)
+    else:
+        tensors = (k_cache.data, v_cache.data, None, None, None, None)
+    addr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
+    params = _DecodeParams(q.data_ptr(), *(addr(t) for t in tensors), block_table.data_ptr(), lengths.data_ptr(),
+                           out.data_ptr(), addr(o_part), addr(lse), block_table.shape[1], per_split,
+                           _default_scale(softmax_scale, d) * math.log2(math.e))
+    with nvtx.annotate("decode_attention"):
+        kernel.launch(device, (ctas_per_split, splits, b), (spec.launch["threads"],),
+                                [((lambda s: s), params)])
+        if splits > 1:
+            combine = codegen.combine_spec(d)
+            kernel_for(combine).launch(device, (b * hq,), (combine.launch["threads"],),
+                                       [ptr(o_part), ptr(lse), ptr(out), i32(splits)])
+    return out
+
+
+@torch.library.custom_op("trace_kernels::paged_decode_attention", mutates_args=())
+def paged_decode_attention_op(q: torch.Tensor, k_data: torch.Tensor, v_data: torch.Tensor,
+                              k_block_scales: Optional[torch.Tensor], v_block_scales: Optional[torch.Tensor],
+                              k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor], block_table: torch.Tensor,
+                              lengths: torch.Tensor, softmax_scale: float, num_splits: int, variant: str
+                              ) -> torch.Tensor:
+    """The op behind decode_attention (validated inputs). k_data / v_data: NVFP4 codes when the
+    scales are given, else BF16 pages; num_splits 0 = planned from shapes; variant "" = default."""
+    if k_block_scales is not None:
+        k_cache = kv_cache.NVFP4Pages(k_data, k_block_scales, k_scale)
+        v_cache = kv_cache.NVFP4Pages(v_data, v_block_scales, v_scale)
+    else:
+        k_cache, v_cache = kv_cache.BF16Pages(k_data), kv_cache.BF16Pages(v_data)
+    if q.device.type == "cpu":
+        return decode_attention_reference(q, k_cache, v_cache, block_table, lengths, softmax_scale)
+    geom = kv_cache.cache_geometry(k_cache, v_cache)
+    return _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scale, num_splits or None,
+                          variant or None)
+
+
+@paged_decode_attention_op.register_fake
+def _(q, k_data, v_data, k_block_scales, v_block_scales, k_scale, v_scale, block_table, lengths, softmax_scale,
+      num_splits, variant):
+    return torch.empty_like(q)
+
+
+def decode_attention(q: torch.Tensor, k_cache, v_cache, block_table: torch.Tensor, lengths: torch.Tensor,
+                     softmax_scale: float | None = None, *, check_values: bool = True,
+                     num_splits: int | None = None, variant: str | None = None) -> torch.Tensor:
+    """Paged decode attention: q bf16 [B, Hq, D] -> bf16 [B, Hq, D].
+
+    k_cache / v_cache: NVFP4Pages or BF16Pages (or objects with the same tensor attributes);
+    block_table int32 [B, max_pages]; lengths int32 [B] (each in 1 .. max_pages * P);
+    softmax_scale defaults to 1/sqrt(D). check_values=True reads lengths and the block table on the
+    host (one sync) and raises on lengths beyond the table or pages outside the cache; pass False in
+    CUDA graphs. num_splits overrides the split-KV plan (tests); by default it is chosen from the
+    shapes (never from lengths, so a graph stays valid). variant picks the kernel ("simt" or "mma";
+    defaults DEFAULT_NVFP4_VARIANT / DEFAULT_BF16_VARIANT).
+    """
+    geom = validate(q, k_cache, v_cache, block_table, lengths, check_values=check_values)
+    if q.dtype != torch.bfloat16:
+        raise TypeError(f"q must be bfloat16, got {q.dtype}")
+    if variant is not None:
+        from trace_kernels.codegen.ops import decode_attention as codegen
+        codegen.tiling("nvfp4" if geom.nvfp4 else "bf16", q.shape[1], geom.kv_heads, geom.head_dim, geom.page_size,
+                       variant)  # unsupported shapes / variants raise here, before the op
+    if geom.nvfp4:
+        tensors = (k_cache.codes, v_cache.codes, k_cache.block_scales, v_cache.block_scales, k_cache.scale,
+                   v_cache.scale)
+    else:
+        tensors = (k_cache.data, v_cache.data, None, None, None, None)
+    return paged_decode_attention_op(q, *tensors, block_table, lengths, _default_scale(softmax_scale, geom.head_dim),
+                                     int(num_splits or 0), variant or "")

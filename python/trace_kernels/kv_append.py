@@ -1,0 +1,218 @@
+"""`kv_append`: write K and V rows into the paged cache through a slot mapping.
+
+    g = kv_append(k, v, slot_mapping, k_pages, v_pages, guidance=True)   # k, v bf16 [T, Hkv, D]
+    g.k, g.v                                                             # nvfp4.Guidance (compact)
+
+NVFP4 pages: each (token, kv head) row is quantized exactly as ``nvfp4.quantize(x, scale="row")``
+and its bytes are written at ``slot_mapping[t]``; with guidance=True the compact TRACE guidance of
+what was written comes back in token order, equal to ``nvfp4.make_guidance(nvfp4.quantize(k))``.
+BF16 pages: a scatter copy. GPU: one launch for K and V (cuda/include/trace_kernels/kv_append.cuh);
+CPU: the reference below. docs/kv_cache.md describes the format and the checks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+from trace_kernels import kv_cache, nvfp4, nvtx
+
+
+@dataclass(frozen=True)
+class KVGuidance:
+    k: nvfp4.Guidance  # scale [T, Hkv], block_scales [T, Hkv, D/16], mantissa_bits [T, Hkv, D/8]
+    v: nvfp4.Guidance
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation (before any launch)
+# ----------------------------------------------------------------------------------------------
+
+def validate(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool, check_values: bool) -> kv_cache.PageGeometry:
+    geom = kv_cache.cache_geometry(k_cache, v_cache)
+    device = kv_cache.cache_device(k_cache)
+    expected = (geom.kv_heads, geom.head_dim)
+    for x, name in ((k, "k"), (v, "v")):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"{name} must be bfloat16 (K/V after RoPE), got {x.dtype}")
+        if x.dim() != 3 or tuple(x.shape[1:]) != expected:
+            raise ValueError(f"{name} must be [T, Hkv, D] = [T, {expected[0]}, {expected[1]}], got {tuple(x.shape)}")
+        if x.device != device:
+            raise ValueError(f"{name} is on {x.device} but the KV cache is on {device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in shape")
+    if not isinstance(slot_mapping, torch.Tensor):
+        raise TypeError(f"slot_mapping must be a torch.Tensor, got {type(slot_mapping).__name__}")
+    if slot_mapping.dtype != torch.int64:
+        raise TypeError(f"slot_mapping must be int64 (flat slot = page * P + offset), got {slot_mapping.dtype}")
+    if tuple(slot_mapping.shape) != (k.shape[0],):
+        raise ValueError(f"slot_mapping must be [T] = [{k.shape[0]}], got {tuple(slot_mapping.shape)}")
+    if slot_mapping.device != device:
+        raise ValueError(f"slot_mapping is on {slot_mapping.device} but the KV cache is on {device}")
+    if guidance and not geom.nvfp4:
+        raise ValueError("guidance=True needs NVFP4 pages (BF16 pages quantize nothing)")
+    if k.shape[0] * geom.kv_heads >= 2**31:
+        raise ValueError(f"{k.shape[0]} tokens x {geom.kv_heads} heads exceed int32 row indexing; split the append")
+    if device.type == "cuda":
+        from trace_kernels.ops._common import check_cuda_device, check_tensor
+        check_cuda_device(k)
+        for t, name in ((k, "k"), (v, "v"), (slot_mapping, "slot_mapping")):
+            check_tensor(t, name)
+        for pages, prefix in ((k_cache, "k_cache"), (v_cache, "v_cache")):
+            for t in kv_cache.page_tensors(pages):
+                check_tensor(t, prefix)
+    if check_values and k.shape[0]:
+        slots = slot_mapping.cpu()
+        bad = ((slots < 0) | (slots >= geom.num_slots)).nonzero()
+        if len(bad):
+            i = int(bad[0])
+            raise ValueError(f"slot_mapping[{i}] = {int(slots[i])} is outside the cache's slots 0..{geom.num_slots - 1} "
+                             f"({geom.num_pages} pages x {geom.page_size}); {len(bad)} bad slot(s)")
+        if len(torch.unique(slots)) != len(slots):
+            raise ValueError("slot_mapping has repeated slots: two tokens would race for one cache row")
+        if geom.nvfp4:
+            nvfp4.check_finite(k, "k")
+            nvfp4.check_finite(v, "v")
+    return geom
+
+
+# ----------------------------------------------------------------------------------------------
+# Reference
+# ----------------------------------------------------------------------------------------------
+
+def _flat(t: torch.Tensor) -> torch.Tensor:  # [pages, P, Hkv, ...] -> [slots, Hkv, ...] (a view)
+    return t.view(t.shape[0] * t.shape[1], *t.shape[2:])
+
+
+def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool = False) -> KVGuidance | None:
+    """nvfp4.quantize(x, scale="row") per (token, kv head), bytes written at the slots."""
+    out = []
+    for x, pages in ((k, k_cache), (v, v_cache)):
+        if kv_cache.is_nvfp4(pages):
+            q = nvfp4.quantize(x, scale="row")  # codes [T, Hkv, D/2], block_scales [T, Hkv, D/16], scale [T, Hkv]
+            _flat(pages.codes).index_copy_(0, slot_mapping, q.codes)
+            # index_copy_ has no float8 kernel everywhere: copy the bytes
+            _flat(pages.block_scales).view(torch.uint8).index_copy_(0, slot_mapping, q.block_scales.view(torch.uint8))
+            _flat(pages.scale).index_copy_(0, slot_mapping, q.scale)
+            out.append(nvfp4.make_guidance(q, "compact") if guidance else None)
+        else:
+            _flat(pages.data).index_copy_(0, slot_mapping, x.to(torch.bfloat16))
+    return KVGuidance(*out) if guidance else None
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU launch
+# ----------------------------------------------------------------------------------------------
+
+class _Nvfp4PagePtrs(ctypes.Structure):  # trace_kernels::Nvfp4PagePtrs
+    _fields_ = [("codes", ctypes.c_void_p), ("block_scales", ctypes.c_void_p), ("scale", ctypes.c_void_p)]
+
+
+class _GuidancePtrs(ctypes.Structure):  # trace_kernels::GuidancePtrs
+    _fields_ = [("scale", ctypes.c_void_p), ("block_scales", ctypes.c_void_p), ("mantissa_bits", ctypes.c_void_p)]
+
+
+def _by_value(struct):
+    return (lambda s: s), struct
+
+
+def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, guidance: bool) -> KVGuidance | None:
+    from trace_kernels.codegen.ops import kv_append as codegen
+    from trace_kernels.ops._common import check_cuda_device, new_output, status_buffer
+    from trace_kernels.runtime import i32, i64, kernel_for, ptr
+    device = check_cuda_device(k)
+    tokens, hkv, d = k.shape
+    guides = []
+    if guidance:
+        for _ in range(2):
+            guides.append(nvfp4.Guidance(scale=new_output((tokens, hkv), torch.float32, k.device),
+                                         block_scales=new_output((tokens, hkv, d // 16), torch.float8_e4m3fn, k.device),
+                                         mantissa_bits=new_output((tokens, hkv, d // 8), torch.uint8, k.device)))
+    if tokens:
+        spec = codegen.spec("nvfp4" if geom.nvfp4 else "bf16", hkv, d)
+        grid = (-(-tokens * hkv // spec.launch["rows_per_cta"]), 2)
+        if geom.nvfp4:
+            pages = [_by_value(_Nvfp4PagePtrs(c.codes.data_ptr(), c.block_scales.data_ptr(), c.scale.data_ptr()))
+                     for c in (k_cache, v_cache)]
+            guide_ptrs = [_by_value(_GuidancePtrs(g.scale.data_ptr(), g.block_scales.data_ptr(), g.mantissa_bits.data_ptr())
+                                    if guidance else _GuidancePtrs(0, 0, 0)) for g in (guides or [None, None])]
+            args = [ptr(k), ptr(v), ptr(slot_mapping), *pages, *guide_ptrs, i32(tokens), i64(geom.num_slots),
+                    ptr(status_buffer(device))]
+        else:
+            args = [ptr(k), ptr(v), ptr(slot_mapping), ptr(k_cache.data), ptr(v_cache.data), i32(tokens),
+                    i64(geom.num_slots)]
+        with nvtx.annotate("kv_append"):
+            kernel_for(spec).launch(device, grid, (spec.launch["threads"],), args)
+    return KVGuidance(*guides) if guidance else None
+
+
+_EMPTY = (0,)
+_NVFP4_PAGES = ("k_codes", "k_block_scales", "k_scale", "v_codes", "v_block_scales", "v_scale")
+
+
+@torch.library.custom_op("trace_kernels::kv_append_nvfp4", mutates_args=_NVFP4_PAGES)
+def kv_append_nvfp4_op(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_codes: torch.Tensor,
+                       k_block_scales: torch.Tensor, k_scale: torch.Tensor, v_codes: torch.Tensor,
+                       v_block_scales: torch.Tensor, v_scale: torch.Tensor, emit_guidance: bool
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Validated append into NVFP4 pages; returns the K then V guidance (scale, block_scales,
+    mantissa_bits), or six empty tensors without emit_guidance."""
+    k_cache = kv_cache.NVFP4Pages(k_codes, k_block_scales, k_scale)
+    v_cache = kv_cache.NVFP4Pages(v_codes, v_block_scales, v_scale)
+    if k.device.type == "cpu":
+        g = kv_append_reference(k, v, slot_mapping, k_cache, v_cache, guidance=emit_guidance)
+    else:
+        g = _launch(k, v, slot_mapping, k_cache, v_cache, kv_cache.cache_geometry(k_cache, v_cache), emit_guidance)
+    if g is None:
+        return tuple(k.new_empty(_EMPTY, dtype=dt) for dt in (torch.float32, torch.float8_e4m3fn, torch.uint8) * 2)
+    return tuple(t for guide in (g.k, g.v) for t in (guide.scale, guide.block_scales, guide.mantissa_bits))
+
+
+@kv_append_nvfp4_op.register_fake
+def _(k, v, slot_mapping, k_codes, k_block_scales, k_scale, v_codes, v_block_scales, v_scale, emit_guidance):
+    t, h, d = k.shape
+    shapes = ((t, h), (t, h, d // 16), (t, h, d // 8)) if emit_guidance else (_EMPTY,) * 3
+    return tuple(k.new_empty(s, dtype=dt) for _ in range(2)
+                 for s, dt in zip(shapes, (torch.float32, torch.float8_e4m3fn, torch.uint8)))
+
+
+@torch.library.custom_op("trace_kernels::kv_append_bf16", mutates_args=("k_data", "v_data"))
+def kv_append_bf16_op(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_data: torch.Tensor,
+                      v_data: torch.Tensor) -> None:
+    """Validated scatter copy into BF16 pages."""
+    k_cache, v_cache = kv_cache.BF16Pages(k_data), kv_cache.BF16Pages(v_data)
+    if k.device.type == "cpu":
+        kv_append_reference(k, v, slot_mapping, k_cache, v_cache)
+    else:
+        _launch(k, v, slot_mapping, k_cache, v_cache, kv_cache.cache_geometry(k_cache, v_cache), False)
+
+
+@kv_append_bf16_op.register_fake
+def _(k, v, slot_mapping, k_data, v_data):
+    return None
+
+
+def kv_append(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_cache, v_cache, *,
+              guidance: bool = False, check_values: bool = True) -> KVGuidance | None:
+    """Append K/V rows (bf16 [T, Hkv, D]) at slot_mapping (int64 [T]) into k_cache / v_cache.
+
+    Pages are NVFP4Pages / BF16Pages (or any object with the same tensor attributes, e.g. the
+    rollout engine's). check_values=True reads the slots and K/V on the host (one sync) and raises
+    on slots outside the cache, repeated slots or NaN/Inf; pass False inside CUDA graphs once the
+    caller guarantees them (the kernel still never writes outside the cache, and flags NaN/Inf in
+    the status word read by trace_kernels.ops.raise_on_nonfinite, leaving those rows unwritten).
+    """
+    geom = validate(k, v, slot_mapping, k_cache, v_cache, guidance=guidance, check_values=check_values)
+    if not geom.nvfp4:
+        kv_append_bf16_op(k, v, slot_mapping, k_cache.data, v_cache.data)
+        return None
+    out = kv_append_nvfp4_op(k, v, slot_mapping, k_cache.codes, k_cache.block_scales, k_cache.scale, v_cache.codes,
+                             v_cache.block_scales, v_cache.scale, guidance)
+    if not guidance:
+        return None
+    return KVGuidance(nvfp4.Guidance(scale=out[0], block_scales=out[1], mantissa_bits=out[2]),
+                      nvfp4.Guidance(scale=out[3], block_scales=out[4], mantissa_bits=out[5]))

@@ -1,0 +1,163 @@
+"""kv_append and decode_attention kernels on the GPU vs the references, outputs poisoned (H200)."""
+
+import functools
+
+import pytest
+import torch
+
+from trace_kernels import attention, kv_cache, kv_testing, nvfp4
+from trace_kernels.kv_append import kv_append, kv_append_reference
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setenv("TRACE_KERNELS_POISON_OUTPUTS", "1")
+
+
+def _poisoned_pages(pages):
+    out = kv_testing.pages_to(pages, DEV)
+    for t in kv_cache.page_tensors(out):
+        t.view(torch.uint8).fill_(0xFF)
+    return out
+
+
+def _bytes(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def _assert_pages_equal(a, b):
+    for x, y in zip(kv_cache.page_tensors(a), kv_cache.page_tensors(b)):
+        assert torch.equal(_bytes(x).cpu(), _bytes(y).cpu())
+
+
+def _special_rows(k: torch.Tensor) -> torch.Tensor:
+    k = k.clone()
+    n = k.shape[0]
+    k[0] = 0  # zero row: s == 0
+    k[1 % n, 0, :16] = 0  # zero block
+    k[2 % n, 0, 3] = 3.0e38  # huge outlier: the other blocks' scales underflow to E4M3 subnormals / zero
+    k[3 % n, -1] *= 1e-30  # tiny row
+    return k
+
+
+@pytest.mark.parametrize("cache_format", ["nvfp4", "bf16"])
+@pytest.mark.parametrize("lengths,hkv,d,p", [([1, 33, 250], 2, 64, 16), ([700, 5], 4, 128, 64),
+                                             ([3000] * 6, 8, 128, 16)])
+def test_kv_append_bit_exact(cache_format, lengths, hkv, d, p):
+    case = kv_testing.make_case(lengths, hkv, hkv, d, p, cache_format, seed=sum(lengths) + d, fill=False)
+    k, v = _special_rows(case.k_all), case.v_all
+    # expected: poison everywhere except the written slots
+    exp_k, exp_v = _poisoned_pages(case.k_cache), _poisoned_pages(case.v_cache)
+    kv_append_reference(k.to(DEV), v.to(DEV), case.slot_mapping.to(DEV), exp_k, exp_v)
+    got_k, got_v = _poisoned_pages(case.k_cache), _poisoned_pages(case.v_cache)
+    g = kv_append(k.to(DEV), v.to(DEV), case.slot_mapping.to(DEV), got_k, got_v,
+                  guidance=cache_format == "nvfp4")
+    torch.cuda.synchronize()
+    _assert_pages_equal(got_k, exp_k)
+    _assert_pages_equal(got_v, exp_v)
+    if cache_format == "nvfp4":
+        # the device pages equal the CPU reference's bytes, slot by slot
+        flat = lambda t: t.flatten(0, 1)[case.slot_mapping.to(DEV)]  # noqa: E731
+        assert torch.equal(flat(got_k.codes).cpu(), nvfp4.quantize(k).codes)
+        for x, guide in ((k, g.k), (v, g.v)):
+            ref = nvfp4.make_guidance(nvfp4.quantize(x))
+            assert torch.equal(guide.mantissa_bits.cpu(), ref.mantissa_bits)
+            assert torch.equal(_bytes(guide.block_scales).cpu(), _bytes(ref.block_scales))
+            assert torch.equal(guide.scale.cpu().view(torch.int32), ref.scale.view(torch.int32))
+
+
+def test_kv_append_nonfinite_sets_status_and_skips_rows():
+    from trace_kernels.ops import raise_on_nonfinite
+    case = kv_testing.make_case([40], 2, 2, 64, 16, "nvfp4", seed=3, fill=False)
+    k = case.k_all.clone()
+    k[7, 1, 9] = float("inf")
+    pages_k, pages_v = _poisoned_pages(case.k_cache), _poisoned_pages(case.v_cache)
+    kv_append(k.to(DEV), case.v_all.to(DEV), case.slot_mapping.to(DEV), pages_k, pages_v, check_values=False)
+    with pytest.raises(ValueError, match="non-finite"):
+        raise_on_nonfinite(torch.device(DEV, torch.cuda.current_device()))
+    slot = int(case.slot_mapping[7])
+    assert (pages_k.codes.flatten(0, 1)[slot, 1] == 0xFF).all()  # that row was not written
+    with pytest.raises(ValueError, match="non-finite"):  # with value checks: raised before the launch
+        kv_append(k.to(DEV), case.v_all.to(DEV), case.slot_mapping.to(DEV), pages_k, pages_v)
+
+
+DECODE_CASES = [  # lengths, Hq, Hkv, D, P
+    ([1, 17, 200, 64], 8, 8, 64, 16),        # GQA 1
+    ([64, 3, 129, 1000], 16, 4, 128, 16),    # GQA 4
+    ([300, 1, 65, 4097], 32, 4, 128, 64),    # GQA 8
+    ([1000, 48, 2], 8, 1, 64, 64),           # GQA 8, D 64
+    ([513, 20], 64, 4, 128, 16),             # GQA 16: two CTAs per kv head
+    ([20000, 7, 3333], 32, 4, 128, 16),      # long
+]
+
+
+@functools.lru_cache(maxsize=4)
+def _cpu_case(cache_format, lengths, hq, hkv, d, p):
+    return kv_testing.make_case(list(lengths), hq, hkv, d, p, cache_format, seed=hq * d + p + len(lengths))
+
+
+def _decode_case(cache_format, lengths, hq, hkv, d, p):
+    case = _cpu_case(cache_format, tuple(lengths), hq, hkv, d, p)
+    k_dev, v_dev = kv_testing.pages_to(case.k_cache, DEV), kv_testing.pages_to(case.v_cache, DEV)
+    return case, k_dev, v_dev
+
+
+KERNELS = [("nvfp4", "simt"), ("nvfp4", "mma"), ("bf16", "simt"), ("bf16", "mma")]
+
+
+@pytest.mark.parametrize("num_splits", [None, 1, 3])
+@pytest.mark.parametrize("cache_format,variant", KERNELS)
+@pytest.mark.parametrize("lengths,hq,hkv,d,p", DECODE_CASES)
+def test_decode_attention_matches_reference(cache_format, variant, lengths, hq, hkv, d, p, num_splits):
+    case, k_dev, v_dev = _decode_case(cache_format, lengths, hq, hkv, d, p)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant)
+    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
+    out = out.float()
+    assert torch.isfinite(out).all()
+    err = (out - ref).abs()
+    # FP32 in both, different summation order; each then rounded to BF16 (one ulp = 2^-8 relative).
+    # mma: the softmax weights enter the P.V product in FP16 (NVFP4, 2^-11) / BF16 (2^-8) each.
+    slack = {"simt": 1e-4, "mma": 2e-3}[variant] * (4 if (cache_format, variant) == ("bf16", "mma") else 1)
+    bound = ref.abs() * 2**-7 + slack * ref.abs().amax(dim=-1, keepdim=True)
+    assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+    rel = float((out - ref).norm() / ref.norm())
+    assert rel < (6e-3 if (cache_format, variant) == ("bf16", "mma") else 3e-3), rel
+
+
+@pytest.mark.parametrize("variant", ["simt", "mma"])
+def test_decode_attention_vs_naive_fp64_and_softmax_scale(variant):
+    case, k_dev, v_dev = _decode_case("nvfp4", [2500, 1, 77], 32, 4, 128, 16)
+    out = attention.decode_attention(case.q.to(DEV), k_dev, v_dev, case.block_table.to(DEV), case.lengths.to(DEV),
+                                     softmax_scale=0.05, variant=variant)
+    ref = kv_testing.naive_attention_fp64(case, softmax_scale=0.05)
+    rel = float((out.cpu().double() - ref).norm() / ref.norm())
+    assert rel < 3e-3, rel
+
+
+def test_decode_attention_cuda_graph():
+    case, k_dev, v_dev = _decode_case("nvfp4", [100, 900], 32, 4, 128, 16)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    ref = attention.decode_attention(q, k_dev, v_dev, table, lens)
+    graph = torch.cuda.CUDAGraph()
+    attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False)  # warm up (JIT, module load)
+    with torch.cuda.graph(graph):
+        out = attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)  # deterministic: same plan, same order
+
+
+def test_decode_rejects_bad_input_on_gpu():
+    case, k_dev, v_dev = _decode_case("nvfp4", [30, 40], 8, 2, 64, 16)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    with pytest.raises(ValueError, match="lengths"):
+        attention.decode_attention(q, k_dev, v_dev, table, lens * 100)
+    with pytest.raises(ValueError, match="is on"):
+        attention.decode_attention(q.cpu(), k_dev, v_dev, table, lens)
+    with pytest.raises(ValueError, match="contiguous"):
+        attention.decode_attention(q.transpose(0, 1).contiguous().transpose(0, 1), k_dev, v_dev, table, lens)

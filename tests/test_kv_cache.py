@@ -1,0 +1,234 @@
+"""Paged KV cache references (CPU): append bit-exact with nvfp4, decode vs naive FP64, extend, checks."""
+
+import pytest
+import torch
+
+from trace_kernels import attention, kv_cache, kv_testing, nvfp4
+from trace_kernels.kv_append import kv_append
+
+
+def _bytes(t):
+    return t.contiguous().view(torch.uint8)
+
+
+@pytest.mark.parametrize("head_dim,page_size", [(64, 16), (128, 64)])
+def test_append_bit_exact_and_guidance(head_dim, page_size):
+    case = kv_testing.make_case([5, 37, 1], 8, 2, head_dim, page_size, "nvfp4", seed=1, fill=False)
+    k, v = case.k_all, case.v_all
+    k[3, 1, :16] = 0  # a zero block
+    v[7] = 0  # a zero row (s == 0)
+    g = kv_append(k, v, case.slot_mapping, case.k_cache, case.v_cache, guidance=True)
+    for x, pages, guide in ((k, case.k_cache, g.k), (v, case.v_cache, g.v)):
+        q = nvfp4.quantize(x, scale="row")
+        flat = lambda t: t.flatten(0, 1)[case.slot_mapping]  # noqa: E731
+        assert torch.equal(flat(pages.codes), q.codes)
+        assert torch.equal(_bytes(flat(pages.block_scales)), _bytes(q.block_scales))
+        assert torch.equal(flat(pages.scale).view(torch.int32), q.scale.view(torch.int32))
+        ref = nvfp4.make_guidance(q)
+        assert torch.equal(guide.mantissa_bits, ref.mantissa_bits)
+        assert torch.equal(_bytes(guide.block_scales), _bytes(ref.block_scales))
+        assert torch.equal(guide.scale.view(torch.int32), ref.scale.view(torch.int32))
+    # slots nobody wrote stay untouched (zero)
+    written = torch.zeros(case.k_cache.scale.flatten(0, 1).shape[0], dtype=torch.bool)
+    written[case.slot_mapping] = True
+    assert not case.k_cache.codes.flatten(0, 1)[~written].any()
+
+
+def test_append_bf16_pages():
+    case = kv_testing.make_case([9, 20], 4, 4, 64, 16, "bf16", seed=2, fill=False)
+    assert kv_append(case.k_all, case.v_all, case.slot_mapping, case.k_cache, case.v_cache) is None
+    assert torch.equal(case.v_cache.data.flatten(0, 1)[case.slot_mapping], case.v_all)
+
+
+DECODE_CASES = [  # lengths, Hq, Hkv, D, P
+    ([1, 17, 200], 8, 8, 64, 16),     # GQA 1
+    ([64, 3, 129], 16, 4, 128, 16),   # GQA 4
+    ([300, 1, 65], 32, 4, 128, 64),   # GQA 8
+    ([1000, 48], 8, 1, 64, 64),       # GQA 8, long
+]
+
+
+@pytest.mark.parametrize("cache_format", ["nvfp4", "bf16"])
+@pytest.mark.parametrize("lengths,hq,hkv,d,p", DECODE_CASES)
+def test_decode_reference_vs_naive_fp64(cache_format, lengths, hq, hkv, d, p):
+    case = kv_testing.make_case(lengths, hq, hkv, d, p, cache_format, seed=len(lengths) * d + p)
+    out = attention.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.lengths)
+    ref = kv_testing.naive_attention_fp64(case)
+    assert out.dtype == torch.bfloat16 and out.shape == case.q.shape
+    err = (out.double() - ref).abs()
+    # the only differences: FP32 vs FP64 arithmetic and the final BF16 rounding (2^-9 relative)
+    assert (err <= ref.abs() * 2**-8 + 1e-6 * ref.abs().max()).all(), float(err.max())
+
+
+def test_extend_reads_the_decode_values():
+    case = kv_testing.make_case([40, 7, 96], 8, 2, 64, 16, "nvfp4", seed=5)
+    tq = 4
+    q = torch.randn(3, tq, 8, 64, dtype=torch.float32)
+    out = attention.extend_attention(q, case.k_cache, case.v_cache, case.block_table, case.lengths)  # [B, Tq, Hq, D]
+    # query i of sequence b sits at position len - tq + i and sees the cache up to there (FP64 naive)
+    for b, n in enumerate(case.lengths.tolist()):
+        for i in range(tq):
+            pos = n - tq + i
+            if pos < 0:
+                continue
+            sub = kv_testing.PagedCase(q[b:b + 1, i].to(torch.bfloat16), [], [], case.k_cache, case.v_cache,
+                                       case.block_table[b:b + 1], torch.tensor([pos + 1], dtype=torch.int32),
+                                       case.slot_mapping)
+            sub.q = q[b:b + 1, i]  # FP32 query: naive_attention_fp64 upcasts it exactly
+            ref = kv_testing.naive_attention_fp64(sub)[0]
+            torch.testing.assert_close(out[b, i].double(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_extend_bf16_matches_decode_on_last_token():
+    case = kv_testing.make_case([33, 80], 16, 4, 128, 16, "nvfp4", seed=6)
+    dec = attention.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.lengths)
+    ext = attention.extend_attention(case.q[:, None], case.k_cache, case.v_cache, case.block_table, case.lengths)
+    # BF16 K/V in SDPA (one rounding of the dequantized values) vs FP32 decode
+    torch.testing.assert_close(ext[:, 0].float(), dec.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_engine_pages_plug_in():
+    """trace_rl's engine pages (same attribute names and layout) work with these functions."""
+    engine_kv = pytest.importorskip("trace_rl.engine.kv_cache")
+    pages_k = engine_kv.KVPages(6, 16, 2, 64, torch.bfloat16, "cpu", quantized=True)
+    pages_v = engine_kv.KVPages(6, 16, 2, 64, torch.bfloat16, "cpu", quantized=True)
+    geom = kv_cache.cache_geometry(pages_k, pages_v)
+    assert (geom.num_pages, geom.page_size, geom.kv_heads, geom.head_dim, geom.nvfp4) == (6, 16, 2, 64, True)
+    x = kv_testing.random_rows(20, 2, 64, torch.Generator().manual_seed(0))
+    slots = torch.arange(16, 36, dtype=torch.int64)
+    kv_append(x, x, slots, pages_k, pages_v)
+    assert torch.equal(pages_k.gather(slots[None])[0].float(),
+                       nvfp4.dequantize(nvfp4.quantize(x)).to(torch.bfloat16).float())
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation: clear exceptions before anything runs
+# ----------------------------------------------------------------------------------------------
+
+def _case():
+    return kv_testing.make_case([20, 5], 8, 2, 64, 16, "nvfp4", seed=9)
+
+
+def test_decode_rejects_length_beyond_table():
+    c = _case()
+    lengths = torch.tensor([20, 16 * c.block_table.shape[1] + 1], dtype=torch.int32)
+    with pytest.raises(ValueError, match="lengths\\[1\\]"):
+        attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table, lengths)
+    with pytest.raises(ValueError, match="outside"):
+        attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table, torch.tensor([0, 5], dtype=torch.int32))
+
+
+def test_decode_rejects_bad_pages_and_types():
+    c = _case()
+    table = c.block_table.clone()
+    table[1, 0] = -1
+    with pytest.raises(ValueError, match="block_table\\[1, 0\\]"):
+        attention.decode_attention(c.q, c.k_cache, c.v_cache, table, c.lengths)
+    with pytest.raises(TypeError, match="int32"):
+        attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table.long(), c.lengths)
+    with pytest.raises(TypeError, match="bfloat16"):
+        attention.decode_attention(c.q.float(), c.k_cache, c.v_cache, c.block_table, c.lengths)
+    with pytest.raises(ValueError, match="multiple"):
+        attention.decode_attention(c.q[:, :3], c.k_cache, c.v_cache, c.block_table, c.lengths)
+    with pytest.raises(ValueError, match="head_dim"):
+        attention.decode_attention(c.q[..., :32], c.k_cache, c.v_cache, c.block_table, c.lengths)
+    with pytest.raises(ValueError, match="differ"):
+        bf16 = kv_cache.allocate_bf16_pages(*c.k_cache.scale.shape, 64)
+        attention.decode_attention(c.q, c.k_cache, bf16, c.block_table, c.lengths)
+
+
+def test_append_rejects_bad_slots_and_inputs():
+    c = _case()
+    k, v = c.k_all, c.v_all
+    for bad, pattern in ((-1, "slot_mapping\\[0\\] = -1"), (c.k_cache.scale.shape[0] * 16, "outside")):
+        slots = c.slot_mapping.clone()
+        slots[0] = bad
+        with pytest.raises(ValueError, match=pattern):
+            kv_append(k, v, slots, c.k_cache, c.v_cache)
+    slots = c.slot_mapping.clone()
+    slots[1] = slots[0]
+    with pytest.raises(ValueError, match="repeated"):
+        kv_append(k, v, slots, c.k_cache, c.v_cache)
+    with pytest.raises(TypeError, match="int64"):
+        kv_append(k, v, c.slot_mapping.int(), c.k_cache, c.v_cache)
+    with pytest.raises(TypeError, match="bfloat16"):
+        kv_append(k.float(), v, c.slot_mapping, c.k_cache, c.v_cache)
+    with pytest.raises(ValueError, match="\\[T, Hkv, D\\]"):
+        kv_append(k[:, :1], v[:, :1], c.slot_mapping, c.k_cache, c.v_cache)
+    bad = k.clone()
+    bad[2, 1, 5] = float("nan")
+    before = c.k_cache.codes.clone()
+    with pytest.raises(ValueError, match="non-finite"):
+        kv_append(bad, v, c.slot_mapping, c.k_cache, c.v_cache)
+    assert torch.equal(before, c.k_cache.codes)  # nothing written
+    bf16 = kv_cache.allocate_bf16_pages(4, 16, 2, 64)
+    with pytest.raises(ValueError, match="guidance"):
+        kv_append(k[:10], v[:10], torch.arange(10), bf16, bf16, guidance=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Codegen: names, rendering, one compile per kernel family (CI has 2 cores)
+# ----------------------------------------------------------------------------------------------
+
+def test_kernel_names_and_shapes():
+    from trace_kernels import shapes
+    from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen
+    assert decode_attention.spec("nvfp4", 32, 4, 128, 16).name == "decode_attention_nvfp4_hq32_hkv4_d128_p16_sm90a"
+    assert kv_codegen.spec("nvfp4", 4, 128).name == "kv_append_nvfp4_hkv4_d128_sm90a"
+    assert decode_attention.spec("bf16", 64, 4, 128, 64).launch["head_groups"] == 2  # GQA 16: two CTAs per kv head
+    with pytest.raises(ValueError, match="power of two"):
+        decode_attention.spec("nvfp4", 24, 4, 128, 16)
+    with pytest.raises(ValueError, match="head_dim"):
+        decode_attention.spec("nvfp4", 8, 1, 96, 16)
+    for preset in shapes.PRESETS.values():
+        for s in decode_attention.specs_for_shape(preset) + kv_codegen.specs_for_shape(preset):
+            assert s.render() == s.render() and s.name in s.render()
+
+
+@pytest.mark.nvcc
+def test_kernels_compile_for_sm90a_without_spills(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen
+    from trace_kernels.jit import compiler
+    nvcc = compiler.find_nvcc()
+    specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16), kv_codegen.spec("nvfp4", 4, 128)]
+
+    def build(spec):
+        src = tmp_path / f"{spec.name}.cu"
+        src.write_text(spec.render())
+        return compiler.compile_cubin(spec, src, tmp_path / f"{spec.name}.cubin", nvcc)
+
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(build, specs))
+    for spec, report in zip(specs, reports):
+        assert (tmp_path / f"{spec.name}.cubin").stat().st_size > 0
+        assert report.spill_stores == report.spill_loads == report.stack_frame == 0, report.text
+
+
+def test_decode_op_traces_with_fake_tensors():
+    """decode_attention runs through a torch.library custom op with a fake impl (torch.compile)."""
+    c = _case()
+    args = (c.q, c.k_cache.codes, c.v_cache.codes, c.k_cache.block_scales, c.v_cache.block_scales, c.k_cache.scale,
+            c.v_cache.scale, c.block_table, c.lengths, 0.125, 0, "")
+    # test_schema is left out: it does arithmetic on the float8 inputs, which CPU torch lacks
+    result = torch.library.opcheck(attention.paged_decode_attention_op, args,
+                                   test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+    assert set(result.values()) == {"SUCCESS"}
+
+
+def test_append_ops_trace_with_fake_tensors():
+    c = kv_testing.make_case([20, 5], 8, 2, 64, 16, "nvfp4", seed=9, fill=False)
+    args = (c.k_all, c.v_all, c.slot_mapping, c.k_cache.codes, c.k_cache.block_scales, c.k_cache.scale,
+            c.v_cache.codes, c.v_cache.block_scales, c.v_cache.scale, True)
+    from trace_kernels import kv_append as kv_append_module
+    result = torch.library.opcheck(kv_append_module.kv_append_nvfp4_op, args, test_utils=("test_faketensor",))
+    assert set(result.values()) == {"SUCCESS"}
+
+
+@pytest.mark.parametrize("batch,tokens", [(1, 1), (1, 100), (8, 8192), (4, 131072), (32, 32768), (251, 131072)])
+def test_split_plan_covers_every_tile(batch, tokens):
+    splits, per_split = attention.plan_splits(batch, 4, tokens, 64, 396)
+    tiles = -(-tokens // 64)
+    assert 1 <= splits <= tiles and (splits - 1) * per_split < tiles <= splits * per_split
+    assert attention.plan_splits(batch, 4, tokens, 64, 396, num_splits=3)[0] == min(3, -(-tiles // -(-tiles // 3)))
