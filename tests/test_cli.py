@@ -24,7 +24,7 @@ def test_list(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "qwen3-235b-a22b" in out and "nvfp4_quantize_bf16_d2048_sm90a" in out and "cached kernels" in out
+    assert "qwen3-235b-a22b" in out and "nvfp4_quantize_bf16_v2_d2048_sm90a" in out and "cached kernels" in out
     assert cli.main(["list", "--env"]) == 0
     assert "TRACE_KERNELS_CACHE_DIR=" in capsys.readouterr().out
 
@@ -32,9 +32,9 @@ def test_list(capsys, monkeypatch, tmp_path):
 def test_generate_preset_then_nothing_changes(tmp_path, capsys):
     args = ["generate", "--preset", "tiny", "--op", "nvfp4_quantize", "--out", str(tmp_path)]
     assert cli.main(args) == 0
-    assert "nvfp4_quantize_bf16_d256_sm90a" in capsys.readouterr().out
+    assert "nvfp4_quantize_bf16_v2_d256_sm90a" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.glob("*.cu")) == [
-        "nvfp4_quantize_bf16_d128_sm90a.cu", "nvfp4_quantize_bf16_d256_sm90a.cu", "nvfp4_quantize_bf16_d64_sm90a.cu"]
+        "nvfp4_quantize_bf16_v2_d128_sm90a.cu", "nvfp4_quantize_bf16_v2_d256_sm90a.cu", "nvfp4_quantize_bf16_v2_d64_sm90a.cu"]
     assert cli.main(args) == 0
     assert "0 files written" in capsys.readouterr().out
 
@@ -42,12 +42,12 @@ def test_generate_preset_then_nothing_changes(tmp_path, capsys):
 def test_generate_custom_shape_and_config(tmp_path, capsys):
     assert cli.main(["generate", "--shape", "E=4,H=512,I=96,k=2,hq=8,hkv=2,hd=32", "--op", "nvfp4_quantize",
                      "--out", str(tmp_path / "a")]) == 0
-    assert (tmp_path / "a" / "nvfp4_quantize_bf16_d96_sm90a.cu").is_file()
+    assert (tmp_path / "a" / "nvfp4_quantize_bf16_v2_d96_sm90a.cu").is_file()
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"num_local_experts": 8, "hidden_size": 1024, "intermediate_size": 2048,
                                   "num_experts_per_tok": 2, "num_attention_heads": 16, "num_key_value_heads": 8}))
     assert cli.main(["generate", "--config", str(config), "--op", "nvfp4_guided_fake_quantize",
                      "--out", str(tmp_path / "b")]) == 0
-    assert (tmp_path / "b" / "nvfp4_guided_fake_quantize_bf16_d64_sm90a.cu").is_file()  # head_dim 1024/16
+    assert (tmp_path / "b" / "nvfp4_guided_fake_quantize_bf16_v2_d64_sm90a.cu").is_file()  # head_dim 1024/16
     assert cli.main(["generate", "--shape", "E=4,H=500", "--out", str(tmp_path / "c")]) == 2
     assert "error" in capsys.readouterr().err

@@ -14,10 +14,11 @@ from trace_kernels.jit import compiler
 def test_specs_render_deterministically_with_readable_names():
     for name in ("tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"):
         specs = codegen.specs_for_shape(shapes.preset(name), tuple(codegen.TILE_TABLES))
-        tiles = sum(len(table) for table in codegen.TILE_TABLES.values())
-        assert len({s.name for s in specs}) == len(specs) == 3 * tiles + 1
+        tiles = {tile for table in codegen.TILE_TABLES.values() for _, tile in table}
+        assert len({s.name for s in specs}) == len(specs) == 3 * len(tiles) + 1
         default = codegen.specs_for_shape(shapes.preset(name))  # what the AOT build and calls use
         assert len(default) == 3 * len(codegen.TILE_TABLES[codegen.DEFAULT_VARIANT]) + 1
+        assert codegen.DEFAULT_VARIANT == "auto"
         for spec in specs:
             assert spec.render() == spec.render()
             assert spec.name in spec.render()
@@ -31,7 +32,8 @@ def test_tile_table_and_smem():
     for variant in codegen.TILE_TABLES:
         assert codegen.tile_for_rows(64 * 8, 128, variant).tile_tokens == 8  # decode: 4 rows per expert
         assert codegen.tile_for_rows(16384 * 8, 128, variant).tile_tokens == 128  # prefill
-        assert codegen.tile_for_rows(64 * 8, 128, variant).variant == variant
+        assert codegen.tile_for_rows(64 * 8, 128, variant).variant == ("ws" if variant == "auto" else variant)
+    assert codegen.tile_for_rows(16384 * 8, 128, "auto").variant == "v1"  # ws loses prefill
     for tile in [t for table in codegen.TILE_TABLES.values() for _, t in table] + list(codegen.EXTRA_TILES):
         # min_blocks CTAs of the tile fit one SM's 227 KB (1 KB per CTA is reserved by the system)
         nwg = codegen.warpgroups_for(1536, tile)

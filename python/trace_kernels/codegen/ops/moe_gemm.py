@@ -9,9 +9,10 @@ Variants (TileConfig.variant; bitwise identical outputs, tested):
   "v1"  moe_gemm.cuh: every thread loads (cp.async ring + __syncthreads per K chunk), one CTA per
         (token tile, weight tile); verified on the H200 (2026-11-29).
   "ws"  moe_gemm_ws.cuh: persistent CTAs, a producer warpgroup (cp.async.bulk weights + cp.async
-        activations on an mbarrier ring), consumer warpgroups decoupled, conflict-free LUT32.
-DEFAULT_VARIANT (env TRACE_KERNELS_MOE_VARIANT, default "v1") picks the table `tile_for_rows` uses;
-flip the default to "ws" once an H200 run confirms it.
+        activations on an mbarrier ring), consumer warpgroups decoupled, conflict-free LUT32;
+        verified on the H200 (2026-11-29, bitwise equal to v1).
+  "auto" (the default) a table mixing both by regime: ws for decode widths, v1 beyond (measured).
+DEFAULT_VARIANT (env TRACE_KERNELS_MOE_VARIANT: auto | v1 | ws) picks the table `tile_for_rows` uses.
 """
 
 from __future__ import annotations
@@ -60,9 +61,18 @@ WS_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (32.0, TileConfig(32, 4, 2, 2, variant="ws", chunks_per_stage=2, lut32=True)),
     (float("inf"), TileConfig(128, 4, 1, 2, overlap=True, variant="ws", lut32=True)),
 )
-TILE_TABLES = {"v1": TILE_TABLE, "ws": WS_TILE_TABLE}
-# The variant calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
-DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "v1")
+# What calls use by default: per regime the faster variant of the H200 run of 2026-11-29
+# (profiling/results/moe_gemm_h200.json; both variants are bitwise identical, so mixing them keeps
+# batch invariance). ws wins decode (30B, T=64: 0.193 vs 0.270 ms; 235B: 0.661 vs 1.028), ties at
+# T=256 and loses prefill badly (T=16384: 16.3 vs 4.6 ms), so it serves only the narrow-N band.
+AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
+    WS_TILE_TABLE[0],
+    TILE_TABLE[1],
+    TILE_TABLE[2],
+)
+TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE}
+# The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
+DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "auto")
 if DEFAULT_VARIANT not in TILE_TABLES:
     raise ValueError(f"TRACE_KERNELS_MOE_VARIANT={DEFAULT_VARIANT!r}; known: {', '.join(TILE_TABLES)}")
 
@@ -244,7 +254,8 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
     profiling/moe_prebuild.py passes every variant to prepare an A/B run.
     """
     tables = [TILE_TABLES[v] for v in (variants or (DEFAULT_VARIANT,))]
-    specs = [gemm_spec(shape, kind, tile) for table in tables for kind in KINDS for _, tile in table]
+    tiles = list(dict.fromkeys(tile for table in tables for _, tile in table))  # "auto" reuses tiles
+    specs = [gemm_spec(shape, kind, tile) for tile in tiles for kind in KINDS]
     return specs + [combine_spec(shape)]
 
 
