@@ -112,7 +112,9 @@ def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) 
 def tile_label(tile) -> str:
     knobs = f"{tile.variant}_tn{tile.tile_tokens}_st{tile.stages}_mb{tile.min_blocks}_wg{tile.warpgroups}"
     if tile.variant == "ws":
-        return knobs + f"_cps{tile.chunks_per_stage}_ov{int(tile.overlap)}_lut{32 if tile.lut32 else 1}"
+        knobs += f"_cps{tile.chunks_per_stage}_ov{int(tile.overlap)}_lut{32 if tile.lut32 else 1}"
+        knobs += f"_mt{tile.m_tiles}" if tile.m_tiles > 1 else ""
+        return knobs + ("_ae1" if getattr(tile, "async_epilogue", False) else "")
     return knobs + f"_pf{int(tile.proxy_fence)}_ov{int(tile.overlap)}"
 
 

@@ -122,3 +122,17 @@ def test_activation_swizzle_matches_cute(tmp_path):
                     str(src)], check=True, capture_output=True)
     result = subprocess.run([str(exe)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
+
+
+def test_async_epilogue_tile_names_only_the_fused_kernel():
+    """async_epilogue changes only the fused gate_up kernel; the other kinds reuse the base tile's kernels."""
+    shape = shapes.preset("qwen3-30b-a3b")
+    tile = next(t for t in codegen.EXTRA_TILES if t.async_epilogue)
+    base = codegen.TileConfig(**{**tile.__dict__, "async_epilogue": False})
+    fused = codegen.gemm_spec(shape, "gate_up_swiglu", tile)
+    assert "_ae1_" in fused.name and "/*ASYNC_EPI=*/true" in fused.render()
+    assert fused.launch["smem_bytes"] == codegen.gemm_spec(shape, "gate_up_swiglu", base).launch["smem_bytes"] + 32
+    for kind in ("gate_up", "down_routed"):
+        assert codegen.gemm_spec(shape, kind, tile).render() == codegen.gemm_spec(shape, kind, base).render()
+    with pytest.raises(ValueError, match="ws knobs"):
+        codegen.gemm_spec(shape, "gate_up_swiglu", codegen.TileConfig(8, 4, async_epilogue=True))

@@ -18,7 +18,11 @@
 //     loop, so one warpgroup's dequantization overlaps the other's tensor-core work;
 //   * LUT32: the byte -> bf16x2 code table is replicated once per lane (entry i of lane l at word
 //     32 i + l): every lookup is bank-conflict free (the 256-entry table of v1 serializes random
-//     lookups ~3-4 ways); block scales are converted with exact FP32 arithmetic instead of a table.
+//     lookups ~3-4 ways); block scales are converted with exact FP32 arithmetic instead of a table;
+//   * ASYNC_EPI (fused SwiGLU epilogue only): the per-item tile counter (threadfence + atomic) and the
+//     last CTA's row quantization run on the producer warpgroup's three spare warps, handed each
+//     item's h through an mbarrier, so the consumers go straight on to the next item (same stores,
+//     same quantize_row_nvfp4 arithmetic: outputs unchanged).
 #pragma once
 
 #include <cstdint>
@@ -69,6 +73,8 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 // Barrier among the consumer warpgroups only (id 1; 0 is __syncthreads).
 template <int THREADS>
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); }
+// Barrier among the three epilogue warps of ASYNC_EPI (id 2).
+__device__ __forceinline__ void epilogue_sync() { asm volatile("bar.sync 2, 96;\n" ::: "memory"); }
 
 // Exact BF16 pair (s, s) of the E4M3 scale in byte I of `word` (non-negative and not NaN, as
 // quantization writes them): its exponent and mantissa bits placed at FP32 bits 20..26 give
@@ -85,12 +91,12 @@ __device__ __forceinline__ uint32_t e4m3_to_bf16x2(uint32_t word, int i) {  // i
 // Shared-memory plan of the ws kernel (mirrored by codegen.ops.moe_gemm.smem_bytes). The tables and
 // barriers sit at fixed offsets from the start of dynamic shared memory (so table lookups address
 // [register + constant]); the ring starts at the next 1024-byte boundary (SW128 atoms).
-template <int TN, int NWG, int STAGES, int CPS, bool LUT32, int MT = 1>
+template <int TN, int NWG, int STAGES, int CPS, bool LUT32, int MT = 1, bool ASYNC_EPI = false>
 struct MoEWsSmem {
   static constexpr int kLut = 0;
   static constexpr int kLutBytes = LUT32 ? 256 * 32 * 4 : 2 * 256 * 4;  // LUT32: codes only; else codes + scales
-  static constexpr int kBars = kLut + kLutBytes;                         // uint64 full[STAGES], empty[STAGES], tok_free[2]
-  static constexpr int kTokens = kBars + (2 * STAGES + 2) * 8;          // float [2][2][TN]: token scale, router weight
+  static constexpr int kBars = kLut + kLutBytes;  // uint64 full[STAGES], empty[STAGES], tok_free[2] (+ h_done[2], epi_free[2])
+  static constexpr int kTokens = kBars + (2 * STAGES + 2 + (ASYNC_EPI ? 4 : 0)) * 8;  // float [2][2][TN]: token scale, router weight
   static constexpr int kSrcRows = kTokens + 2 * 2 * TN * 4;              // int32 [TN] (producer warp only)
   static constexpr int kFlag = kSrcRows + TN * 4;                        // int32 [4]
   static constexpr int kTileStart = kFlag + 16;                          // int32 [E+1]
@@ -126,11 +132,12 @@ constexpr int consumer_regs() {
 
 // MT: 64-row weight tiles per consumer warpgroup (MT = 2: 128 rows per warpgroup, so each activation
 // byte read from L2 feeds twice the MMAs; the second tile's dequantization overlaps the first's wgmmas).
+// ASYNC_EPI: the fused epilogue's counter and last-CTA quantization on the producer's spare warps.
 template <int E, int N, int K, int TN, int NWG, int STAGES, int CPS, Epilogue EPI, int SMEM_BYTES, bool OVERLAP,
-          bool LUT32, int MIN_BLOCKS, int MT = 1>
+          bool LUT32, int MIN_BLOCKS, int MT = 1, bool ASYNC_EPI = false>
 __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   using namespace cute;
-  using Smem = MoEWsSmem<TN, NWG, STAGES, CPS, LUT32, MT>;
+  using Smem = MoEWsSmem<TN, NWG, STAGES, CPS, LUT32, MT, ASYNC_EPI>;
   constexpr int kConsumers = NWG * 128;
   constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup
   constexpr int kConsumerRegs = consumer_regs<NWG, MIN_BLOCKS>();
@@ -150,12 +157,15 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   static_assert(!OVERLAP || kStageIters % 2 == 0, "OVERLAP alternates two A buffers: even number of stages per item");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert(EPI != Epilogue::SwigluQuant || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
+  static_assert(!ASYNC_EPI || EPI == Epilogue::SwigluQuant, "ASYNC_EPI is a fused-SwiGLU-epilogue option");
 
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem_raw + Smem::kLut);
   uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem_raw + Smem::kBars);
   uint64_t* empty_bar = full_bar + STAGES;
   uint64_t* tok_free = empty_bar + STAGES;  // [2]: consumers are done with a token-scale slot
+  uint64_t* h_done = tok_free + 2;          // [2] ASYNC_EPI: consumers stored an item's h (slot = item parity)
+  uint64_t* epi_free = h_done + 2;          // [2] ASYNC_EPI: the epilogue warps are done with that slot
   float* tok = reinterpret_cast<float*>(smem_raw + Smem::kTokens);  // [slot][scale | weight][TN]
   int32_t* src_rows = reinterpret_cast<int32_t*>(smem_raw + Smem::kSrcRows);
   int32_t* flag = reinterpret_cast<int32_t*>(smem_raw + Smem::kFlag);
@@ -217,6 +227,12 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
     }
     ws::mbar_init(&tok_free[0], kConsumers);
     ws::mbar_init(&tok_free[1], kConsumers);
+    if constexpr (ASYNC_EPI) {
+      for (int s = 0; s < 2; ++s) {
+        ws::mbar_init(&h_done[s], kConsumers);
+        ws::mbar_init(&epi_free[s], 96);
+      }
+    }
   }
   __syncthreads();
   // (read after setmaxnreg in each role: a value live across it is spilled)
@@ -242,7 +258,39 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   if (tid >= kConsumers) {
     // ================= producer warpgroup: its first warp issues every copy =================
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (tid >= kConsumers + 32) return;
+    if (tid >= kConsumers + 32) {
+      if constexpr (ASYNC_EPI) {
+        // ---- epilogue warps (1..3 of this warpgroup): per item, once the consumers' h stores are
+        // published on h_done (mbarrier release/acquire, CTA scope), count the token tile at GPU scope
+        // (fence + atomic, cumulative over what this thread observed: the __syncthreads + one
+        // thread's release pattern); the last CTA quantizes the tile's complete rows, 3 warps x rows.
+        const int etid = tid - (kConsumers + 32);  // 0..95
+        const int num_items = items();
+        int local = 0;
+        for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++local) {
+          const int slot = local & 1;
+          ws::mbar_wait(&h_done[slot], (local >> 1) & 1);
+          int expert, row0, rows_valid, wt, y_tile;
+          decode(item, expert, row0, rows_valid, wt, y_tile);
+          if (etid == 0) {
+            __threadfence();
+            const int done = atomicAdd(&p.tile_counters[y_tile], 1);
+            flag[1] = (done == kXTiles - 1);
+          }
+          ws::epilogue_sync();
+          if (flag[1]) {
+            __threadfence();
+            if (etid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
+            for (int n = etid / 32; n < rows_valid; n += 3)
+              quantize_row_nvfp4<N / 2>(p.out + static_cast<size_t>(row0 + n) * (N / 2), row0 + n, lane, p.q_codes,
+                                        p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+          }
+          ws::epilogue_sync();  // flag[1] is rewritten by the next item
+          ws::mbar_arrive(&epi_free[slot]);
+        }
+      }
+      return;
+    }
     const int num_items = items();
     int it = 0, local = 0;
     for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++local) {
@@ -446,7 +494,11 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       }
     }
     ws::mbar_arrive(&tok_free[local & 1]);  // this thread is done with the slot
-    if constexpr (EPI == Epilogue::SwigluQuant) {
+    if constexpr (ASYNC_EPI) {
+      // hand this item's h to the epilogue warps (slot free once they finished item local - 2)
+      ws::mbar_wait(&epi_free[local & 1], ((local >> 1) & 1) ^ 1);
+      ws::mbar_arrive(&h_done[local & 1]);  // release: this thread's h stores
+    } else if constexpr (EPI == Epilogue::SwigluQuant) {
       // the last CTA to finish token tile y_tile quantizes its complete rows of h (order-independent)
       __threadfence();
       ws::consumer_sync<kConsumers>();
