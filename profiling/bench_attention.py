@@ -7,7 +7,8 @@ a batch at 128K whose NVFP4 cache is --fill-gb GB. Every sequence has length L; 
 permutation (non-contiguous); page contents are random valid NVFP4 / BF16 bytes (the kernels have no
 value-dependent branches, and quantizing tens of GB first would cost minutes of device time).
 Contenders, in the same run: our NVFP4 and BF16 paged decode, each as the CUDA-core kernel (JSON keys
-"nvfp4", "bf16") and the tensor-core kernel ("nvfp4_mma", "bf16_mma"), torch SDPA over a
+"nvfp4", "bf16"), the tensor-core kernel ("nvfp4_mma", "bf16_mma") and, NVFP4 only, the tensor-core
+kernel with tokens as MMA rows ("nvfp4_mma2"), torch SDPA over a
 contiguous BF16 cache (GQA folded into the query length: q [B, Hkv, G, D] against K/V [B, Hkv, L, D],
 which lets the flash backend run it), and the copy roofline = bytes / the fastest of three 1 GiB
 device copies measured here (graph memcpy node, eager memcpy, elementwise kernel).
@@ -117,19 +118,21 @@ def bench_sdpa(batch: int, length: int, l2: int, max_sets: int = 4) -> dict:
     return {"ms": ms, "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
-def bench_append(fmt: str, tokens: int, guidance: bool, l2: int) -> dict:
+def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | None = None) -> dict:
     pages = -(-tokens // P)
     caches = (random_pages(fmt, pages), random_pages(fmt, pages))
     sets = 2
     xs = [(torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"),
            torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"),
            torch.randperm(pages * P, device="cuda")[:tokens].contiguous()) for _ in range(sets)]
-    fn = lambda i: kv_append(xs[i][0], xs[i][1], xs[i][2], *caches, guidance=guidance, check_values=False)  # noqa: E731
+    fn = lambda i: kv_append(xs[i][0], xs[i][1], xs[i][2], *caches, guidance=guidance, check_values=False,  # noqa: E731
+                             variant=variant)
     ms = time_graph(fn, sets)
     rows = 2 * tokens * HKV
     written = rows * token_head_bytes(fmt) + (rows * (4 + D // 16 + D // 8) if guidance else 0)
     bytes_moved = rows * D * 2 + written + tokens * 8
-    return {"format": fmt, "guidance": guidance, "tokens": tokens, "ms": ms, "bytes": bytes_moved,
+    return {"format": fmt, "guidance": guidance, "variant": variant or "default", "tokens": tokens, "ms": ms,
+            "bytes": bytes_moved,
             "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
@@ -185,6 +188,7 @@ def main() -> None:
         sets = 2 if batch == fill_batch else 4
         for name, fn in (("nvfp4", lambda: bench_paged("nvfp4", batch, length, l2, sets)),
                          ("nvfp4_mma", lambda: bench_paged("nvfp4", batch, length, l2, sets, "mma")),
+                         ("nvfp4_mma2", lambda: bench_paged("nvfp4", batch, length, l2, sets, "mma2")),
                          ("bf16", lambda: bench_paged("bf16", batch, length, l2)),
                          ("bf16_mma", lambda: bench_paged("bf16", batch, length, l2, 4, "mma")),
                          ("sdpa_bf16", lambda: bench_sdpa(batch, length, l2))):
@@ -201,13 +205,14 @@ def main() -> None:
                 r["fraction_of_copy"] = r["roofline_ms"] / r["ms"]
             row[name] = r
         if "ms" in row.get("sdpa_bf16", {}):
-            for name in ("nvfp4", "nvfp4_mma", "bf16", "bf16_mma"):
+            for name in ("nvfp4", "nvfp4_mma", "nvfp4_mma2", "bf16", "bf16_mma"):
                 if "ms" in row.get(name, {}):
                     row[name]["speedup_vs_sdpa"] = row["sdpa_bf16"]["ms"] / row[name]["ms"]
         rows.append(row)
         print(json.dumps(row), flush=True)
 
     append = [bench_append("nvfp4", 262144, g, l2) for g in (False, True)] + [bench_append("bf16", 262144, False, l2)]
+    append += [bench_append("nvfp4", 262144, g, l2, "b2") for g in (False, True)]  # A/B: two blocks per thread
     for r in append:
         r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
     extend = bench_extend(4, 8192, 1024)
@@ -235,8 +240,13 @@ def main() -> None:
               f"{f(b, 'ms', '8.3f')} {f(b, 'tb_per_s', '5.2f')} {f(b, 'speedup_vs_sdpa', '6.2f')} | "
               f"{f(bm, 'ms', '8.3f')} {f(bm, 'tb_per_s', '5.2f')} {f(bm, 'speedup_vs_sdpa', '6.2f')} | "
               f"{f(s, 'ms', '8.3f')} {f(s, 'tb_per_s', '5.2f')}")
+    for row in rows:  # the tokens-as-rows NVFP4 kernel (A/B against nvfp4_mma above)
+        m2 = row.get("nvfp4_mma2", {})
+        if "ms" in m2:
+            print(f"{row['batch']:>5} {row['length']:>7} | NVFP4 mma2 {m2['ms']:.3f} ms {m2['tb_per_s']:.2f} TB/s "
+                  f"{m2['fraction_of_copy']:.1%} of copy, {m2.get('speedup_vs_sdpa', float('nan')):.2f}x SDPA")
     for r in append:
-        print(f"kv_append {r['format']:>5} guidance={r['guidance']!s:5}: {r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s "
+        print(f"kv_append {r['format']:>5} {r['variant']:>7} guidance={r['guidance']!s:5}: {r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s "
               f"({r['fraction_of_copy']:.0%} of copy)")
     print(f"extend 4 x 1024 new @ 8K: NVFP4 pages {extend['extend_nvfp4_ms']:.2f} ms vs SDPA BF16 "
           f"{extend['sdpa_bf16_contiguous_masked_ms']:.2f} ms ({extend['ratio']:.2f}x)")

@@ -175,7 +175,15 @@ def test_kernel_names_and_shapes():
     from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen
     assert decode_attention.spec("nvfp4", 32, 4, 128, 16).name == "decode_attention_nvfp4_hq32_hkv4_d128_p16_sm90a"
     assert kv_codegen.spec("nvfp4", 4, 128).name == "kv_append_nvfp4_hkv4_d128_sm90a"
+    assert kv_codegen.spec("nvfp4", 4, 128, "b2").launch["rows_per_cta"] == 2 * kv_codegen.spec("nvfp4", 4, 128).launch[
+        "rows_per_cta"]
+    with pytest.raises(ValueError, match="NVFP4 pages only"):
+        kv_codegen.spec("bf16", 4, 128, "b2")
     assert decode_attention.spec("bf16", 64, 4, 128, 64).launch["head_groups"] == 2  # GQA 16: two CTAs per kv head
+    mma2 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma2")  # tokens as MMA rows, <= 8 heads per CTA
+    assert mma2.name == "decode_attention_nvfp4_mma2_hq64_hkv4_d128_p16_sm90a" and mma2.launch["head_groups"] == 2
+    with pytest.raises(ValueError, match="NVFP4 pages only"):
+        decode_attention.spec("bf16", 32, 4, 128, 16, "mma2")
     with pytest.raises(ValueError, match="power of two"):
         decode_attention.spec("nvfp4", 24, 4, 128, 16)
     with pytest.raises(ValueError, match="head_dim"):
@@ -192,7 +200,8 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen
     from trace_kernels.jit import compiler
     nvcc = compiler.find_nvcc()
-    specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16), kv_codegen.spec("nvfp4", 4, 128)]
+    specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16), decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2"),
+             kv_codegen.spec("nvfp4", 4, 128)]
 
     def build(spec):
         src = tmp_path / f"{spec.name}.cu"

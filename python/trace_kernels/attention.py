@@ -247,8 +247,8 @@ def decode_attention(q: torch.Tensor, k_cache, v_cache, block_table: torch.Tenso
     softmax_scale defaults to 1/sqrt(D). check_values=True reads lengths and the block table on the
     host (one sync) and raises on lengths beyond the table or pages outside the cache; pass False in
     CUDA graphs. num_splits overrides the split-KV plan (tests); by default it is chosen from the
-    shapes (never from lengths, so a graph stays valid). variant picks the kernel ("simt" or "mma";
-    defaults DEFAULT_NVFP4_VARIANT / DEFAULT_BF16_VARIANT).
+    shapes (never from lengths, so a graph stays valid). variant picks the kernel ("simt", "mma", or
+    "mma2" for NVFP4 pages; defaults DEFAULT_NVFP4_VARIANT / DEFAULT_BF16_VARIANT).
     """
     geom = validate(q, k_cache, v_cache, block_table, lengths, check_values=check_values)
     if q.dtype != torch.bfloat16:

@@ -108,6 +108,10 @@ def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool 
 # GPU launch
 # ----------------------------------------------------------------------------------------------
 
+# NVFP4 append kernel: "b1" (one block per thread, measured 2026-11-29) or "b2" (codegen/ops/kv_append.py)
+DEFAULT_NVFP4_VARIANT = "b1"
+
+
 class _Nvfp4PagePtrs(ctypes.Structure):  # trace_kernels::Nvfp4PagePtrs
     _fields_ = [("codes", ctypes.c_void_p), ("block_scales", ctypes.c_void_p), ("scale", ctypes.c_void_p)]
 
@@ -120,7 +124,8 @@ def _by_value(struct):
     return (lambda s: s), struct
 
 
-def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, guidance: bool) -> KVGuidance | None:
+def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, guidance: bool,
+            variant: str = "") -> KVGuidance | None:
     from trace_kernels.codegen.ops import kv_append as codegen
     from trace_kernels.ops._common import check_cuda_device, new_output, status_buffer
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
@@ -133,7 +138,7 @@ def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, g
                                          block_scales=new_output((tokens, hkv, d // 16), torch.float8_e4m3fn, k.device),
                                          mantissa_bits=new_output((tokens, hkv, d // 8), torch.uint8, k.device)))
     if tokens:
-        spec = codegen.spec("nvfp4" if geom.nvfp4 else "bf16", hkv, d)
+        spec = codegen.spec("nvfp4" if geom.nvfp4 else "bf16", hkv, d, variant or DEFAULT_NVFP4_VARIANT)
         grid = (-(-tokens * hkv // spec.launch["rows_per_cta"]), 2)
         if geom.nvfp4:
             pages = [_by_value(_Nvfp4PagePtrs(c.codes.data_ptr(), c.block_scales.data_ptr(), c.scale.data_ptr()))
@@ -157,23 +162,25 @@ _NVFP4_PAGES = ("k_codes", "k_block_scales", "k_scale", "v_codes", "v_block_scal
 @torch.library.custom_op("trace_kernels::kv_append_nvfp4", mutates_args=_NVFP4_PAGES)
 def kv_append_nvfp4_op(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_codes: torch.Tensor,
                        k_block_scales: torch.Tensor, k_scale: torch.Tensor, v_codes: torch.Tensor,
-                       v_block_scales: torch.Tensor, v_scale: torch.Tensor, emit_guidance: bool
+                       v_block_scales: torch.Tensor, v_scale: torch.Tensor, emit_guidance: bool, variant: str = ""
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validated append into NVFP4 pages; returns the K then V guidance (scale, block_scales,
-    mantissa_bits), or six empty tensors without emit_guidance."""
+    mantissa_bits), or six empty tensors without emit_guidance. variant "" = DEFAULT_NVFP4_VARIANT."""
     k_cache = kv_cache.NVFP4Pages(k_codes, k_block_scales, k_scale)
     v_cache = kv_cache.NVFP4Pages(v_codes, v_block_scales, v_scale)
     if k.device.type == "cpu":
         g = kv_append_reference(k, v, slot_mapping, k_cache, v_cache, guidance=emit_guidance)
     else:
-        g = _launch(k, v, slot_mapping, k_cache, v_cache, kv_cache.cache_geometry(k_cache, v_cache), emit_guidance)
+        g = _launch(k, v, slot_mapping, k_cache, v_cache, kv_cache.cache_geometry(k_cache, v_cache), emit_guidance,
+                    variant)
     if g is None:
         return tuple(k.new_empty(_EMPTY, dtype=dt) for dt in (torch.float32, torch.float8_e4m3fn, torch.uint8) * 2)
     return tuple(t for guide in (g.k, g.v) for t in (guide.scale, guide.block_scales, guide.mantissa_bits))
 
 
 @kv_append_nvfp4_op.register_fake
-def _(k, v, slot_mapping, k_codes, k_block_scales, k_scale, v_codes, v_block_scales, v_scale, emit_guidance):
+def _(k, v, slot_mapping, k_codes, k_block_scales, k_scale, v_codes, v_block_scales, v_scale, emit_guidance,
+      variant=""):
     t, h, d = k.shape
     shapes = ((t, h), (t, h, d // 16), (t, h, d // 8)) if emit_guidance else (_EMPTY,) * 3
     return tuple(k.new_empty(s, dtype=dt) for _ in range(2)
@@ -197,7 +204,7 @@ def _(k, v, slot_mapping, k_data, v_data):
 
 
 def kv_append(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_cache, v_cache, *,
-              guidance: bool = False, check_values: bool = True) -> KVGuidance | None:
+              guidance: bool = False, check_values: bool = True, variant: str | None = None) -> KVGuidance | None:
     """Append K/V rows (bf16 [T, Hkv, D]) at slot_mapping (int64 [T]) into k_cache / v_cache.
 
     Pages are NVFP4Pages / BF16Pages (or any object with the same tensor attributes, e.g. the
@@ -205,13 +212,18 @@ def kv_append(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_ca
     on slots outside the cache, repeated slots or NaN/Inf; pass False inside CUDA graphs once the
     caller guarantees them (the kernel still never writes outside the cache, and flags NaN/Inf in
     the status word read by trace_kernels.ops.raise_on_nonfinite, leaving those rows unwritten).
+    variant picks the NVFP4 kernel ("b1": one 16-element block per thread, "b2": two; default
+    DEFAULT_NVFP4_VARIANT); BF16 pages have one kernel.
     """
     geom = validate(k, v, slot_mapping, k_cache, v_cache, guidance=guidance, check_values=check_values)
+    if variant is not None:
+        from trace_kernels.codegen.ops import kv_append as codegen
+        codegen.spec("nvfp4" if geom.nvfp4 else "bf16", k.shape[1], k.shape[2], variant)  # unknown variants raise here
     if not geom.nvfp4:
         kv_append_bf16_op(k, v, slot_mapping, k_cache.data, v_cache.data)
         return None
     out = kv_append_nvfp4_op(k, v, slot_mapping, k_cache.codes, k_cache.block_scales, k_cache.scale, v_cache.codes,
-                             v_cache.block_scales, v_cache.scale, guidance)
+                             v_cache.block_scales, v_cache.scale, guidance, variant or "")
     if not guidance:
         return None
     return KVGuidance(nvfp4.Guidance(scale=out[0], block_scales=out[1], mantissa_bits=out[2]),

@@ -4,9 +4,11 @@
 // quantize_epilogue.cuh), and the compact TRACE guidance of what was written can be emitted in
 // token order. BF16 pages get a plain scatter copy. Layout: docs/kv_cache.md.
 //
-// Work split (NVFP4): one 16-element block per thread, D/16 consecutive threads own one row, so a
-// block amax is thread-local and the row amax a shuffle tree inside the row group. blockIdx.y
-// picks K (0) or V (1). The page position depends only on the slot, not on the page size.
+// Work split (NVFP4): BLOCKS_PER_THREAD consecutive 16-element blocks per thread (1 by default;
+// variant "b2": 2, i.e. twice the loads in flight and half the row-level work per block),
+// D/16/BLOCKS_PER_THREAD consecutive threads own one row, so a block amax is thread-local and the
+// row amax a shuffle tree inside the row group. blockIdx.y picks K (0) or V (1). The page position
+// depends only on the slot, not on the page size.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,14 +23,15 @@ namespace trace_kernels {
 
 constexpr uint32_t kStatusKvAppend = 8u;  // status word op bit (next to status.cuh's)
 
-template <int D_, int HKV_, int CTA_>
+template <int D_, int HKV_, int CTA_, int BLOCKS_PER_THREAD_ = 1>
 struct KvAppendNvfp4Config {
   static constexpr int D = D_;
   static constexpr int HKV = HKV_;
   static constexpr int CTA = CTA_;
-  static constexpr int kThreadsPerRow = D / nvfp4::kBlock;  // one block per thread
+  static constexpr int kBlocksPerThread = BLOCKS_PER_THREAD_;
+  static constexpr int kThreadsPerRow = D / nvfp4::kBlock / kBlocksPerThread;
   static constexpr int kRowsPerCta = CTA / kThreadsPerRow;
-  static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
+  static_assert(D % (nvfp4::kBlock * kBlocksPerThread) == 0, "D must be a multiple of 16 x blocks per thread");
   static_assert(kThreadsPerRow <= 32 && (kThreadsPerRow & (kThreadsPerRow - 1)) == 0,
                 "D / 16 must be a power of two <= 32 (row group inside one warp)");
   static_assert(CTA % 32 == 0 && CTA % kThreadsPerRow == 0 && CTA <= 1024, "CTA must hold whole warps");
@@ -54,24 +57,34 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
                                                 int64_t num_slots, int which, uint32_t* __restrict__ status) {
   constexpr int D = Cfg::D;
   constexpr int TPR = Cfg::kThreadsPerRow;
+  constexpr int BPT = Cfg::kBlocksPerThread;
   const int rows = tokens * Cfg::HKV;
-  const int lane = threadIdx.x % TPR;  // = block index within the row
+  const int lane = threadIdx.x % TPR;  // the thread's blocks: lane * BPT .. lane * BPT + BPT - 1
   const int row = blockIdx.x * Cfg::kRowsPerCta + threadIdx.x / TPR;  // token * Hkv + head
   const bool row_ok = row < rows;
 
-  Vec8<__nv_bfloat16> lo, hi;  // the block's two half blocks
-  if (row_ok) {
-    lo.load_stream(x + static_cast<int64_t>(row) * D + lane * 16);
-    hi.load_stream(x + static_cast<int64_t>(row) * D + lane * 16 + 8);
-  } else {
-    lo.zero();
-    hi.zero();
+  float f[BPT][2][8];  // [block][half block][element]
+  float block_amax[BPT];
+#pragma unroll
+  for (int j = 0; j < BPT; ++j) {
+    Vec8<__nv_bfloat16> lo, hi;  // the block's two half blocks
+    const int64_t offset = static_cast<int64_t>(row) * D + (lane * BPT + j) * 16;
+    if (row_ok) {
+      lo.load_stream(x + offset);
+      hi.load_stream(x + offset + 8);
+    } else {
+      lo.zero();
+      hi.zero();
+    }
+    lo.to_float(f[j][0]);
+    hi.to_float(f[j][1]);
   }
-  float f0[8], f1[8];
-  lo.to_float(f0);
-  hi.to_float(f1);
-  const float block_amax = nvfp4::fmax_nan(half_block_amax(f0), half_block_amax(f1));
-  float amax = block_amax;
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < BPT; ++j) {
+    block_amax[j] = nvfp4::fmax_nan(half_block_amax(f[j][0]), half_block_amax(f[j][1]));
+    amax = j == 0 ? block_amax[0] : nvfp4::fmax_nan(amax, block_amax[j]);
+  }
 #pragma unroll
   for (int offset = TPR / 2; offset >= 1; offset /= 2)
     amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
@@ -79,8 +92,12 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
 
   if (!nvfp4::is_finite(amax)) {  // nothing of this row is written; the host raises on the flag
     const uint64_t flat_row = static_cast<uint64_t>(which) * rows + row;  // rows of [2 (K, V), T, Hkv]
-    if (!nvfp4::is_finite(half_block_amax(f0))) report_nonfinite(status, kStatusKvAppend, flat_row, lane * 16, f0);
-    if (!nvfp4::is_finite(half_block_amax(f1))) report_nonfinite(status, kStatusKvAppend, flat_row, lane * 16 + 8, f1);
+#pragma unroll
+    for (int j = 0; j < BPT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (!nvfp4::is_finite(half_block_amax(f[j][h])))
+          report_nonfinite(status, kStatusKvAppend, flat_row, (lane * BPT + j) * 16 + 8 * h, f[j][h]);
     return;
   }
   const int token = row / Cfg::HKV;
@@ -90,18 +107,23 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
   const int64_t dest = slot * Cfg::HKV + head;
 
   const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
-  const nvfp4::BlockStep step = nvfp4::block_step(block_amax, s, nvfp4::kFp4Max * s);
-  const HalfBlockOut q0 = quantize_half_block(f0, step);
-  const HalfBlockOut q1 = quantize_half_block(f1, step);
-
-  reinterpret_cast<uint2*>(pages.codes + dest * (D / 2))[lane] = make_uint2(q0.codes, q1.codes);
-  pages.block_scales[dest * (D / 16) + lane] = step.scale_bits;
-  if (lane == 0) pages.scale[dest] = s;
-  if (guidance.mantissa_bits != nullptr) {
-    reinterpret_cast<uint16_t*>(guidance.mantissa_bits + static_cast<int64_t>(row) * (D / 8))[lane] =
-        static_cast<uint16_t>(mantissa_bits_of(q0.codes) | (mantissa_bits_of(q1.codes) << 8));
-    guidance.block_scales[static_cast<int64_t>(row) * (D / 16) + lane] = step.scale_bits;
-    if (lane == 0) guidance.scale[row] = s;
+#pragma unroll
+  for (int j = 0; j < BPT; ++j) {
+    const int block = lane * BPT + j;
+    const nvfp4::BlockStep step = nvfp4::block_step(block_amax[j], s, nvfp4::kFp4Max * s);
+    const HalfBlockOut q0 = quantize_half_block(f[j][0], step);
+    const HalfBlockOut q1 = quantize_half_block(f[j][1], step);
+    reinterpret_cast<uint2*>(pages.codes + dest * (D / 2))[block] = make_uint2(q0.codes, q1.codes);
+    pages.block_scales[dest * (D / 16) + block] = step.scale_bits;
+    if (guidance.mantissa_bits != nullptr) {
+      reinterpret_cast<uint16_t*>(guidance.mantissa_bits + static_cast<int64_t>(row) * (D / 8))[block] =
+          static_cast<uint16_t>(mantissa_bits_of(q0.codes) | (mantissa_bits_of(q1.codes) << 8));
+      guidance.block_scales[static_cast<int64_t>(row) * (D / 16) + block] = step.scale_bits;
+    }
+  }
+  if (lane == 0) {
+    pages.scale[dest] = s;
+    if (guidance.mantissa_bits != nullptr) guidance.scale[row] = s;
   }
 }
 

@@ -13,29 +13,40 @@ NAME = "kv_append"
 TEMPLATE = "kv_append.cu.jinja"
 CTA = 256
 FORMATS = ("nvfp4", "bf16")
+# NVFP4 16-element blocks per thread: "b1" (default) or "b2" (twice the loads in flight per thread)
+VARIANTS = {"b1": 1, "b2": 2}
 
 
-def spec(cache_format: str, kv_heads: int, head_dim: int) -> KernelSpec:
+def spec(cache_format: str, kv_heads: int, head_dim: int, variant: str = "b1") -> KernelSpec:
     if cache_format not in FORMATS:
         raise ValueError(f"{NAME}: cache format must be one of {FORMATS}, got {cache_format!r}")
+    if variant not in VARIANTS:
+        raise ValueError(f"{NAME}: variant must be one of {tuple(VARIANTS)}, got {variant!r}")
+    if variant != "b1" and cache_format != "nvfp4":
+        raise ValueError(f"{NAME}: variant {variant!r} applies to NVFP4 pages only")
+    blocks_per_thread = VARIANTS[variant]
     if kv_heads <= 0:
         raise ValueError(f"{NAME}: kv_heads must be positive, got {kv_heads}")
     nvfp4 = cache_format == "nvfp4"
     threads_per_row = head_dim // 16 if nvfp4 else head_dim // 8
     if head_dim <= 0 or head_dim % 16 or threads_per_row > 32 or threads_per_row & (threads_per_row - 1):
         raise ValueError(f"{NAME}: head_dim {head_dim} must be 16 times a power of two, at most 512 (NVFP4) / 256 (BF16)")
+    if threads_per_row % blocks_per_thread:
+        raise ValueError(f"{NAME}: head_dim {head_dim} has fewer than {blocks_per_thread} blocks per row")
+    threads_per_row //= blocks_per_thread
+    parts = (cache_format,) if variant == "b1" else (cache_format, variant)
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, cache_format, dims={"hkv": kv_heads, "d": head_dim}),
+        name=kernel_name(NAME, *parts, dims={"hkv": kv_heads, "d": head_dim}),
         template=TEMPLATE,
-        params={"nvfp4": nvfp4, "d": head_dim, "hkv": kv_heads, "cta": CTA},
+        params={"nvfp4": nvfp4, "d": head_dim, "hkv": kv_heads, "cta": CTA, "blocks_per_thread": blocks_per_thread},
         launch={"threads": CTA, "rows_per_cta": CTA // threads_per_row},
         headers=("trace_kernels/kv_append.cuh",),
     )
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
-    return [spec(f, shape.kv_heads, shape.head_dim) for f in FORMATS]
+    return [spec(f, shape.kv_heads, shape.head_dim) for f in FORMATS] + [spec("nvfp4", shape.kv_heads, shape.head_dim, "b2")]
 
 
 OP = OpCodegen(NAME, specs_for_shape, "K/V [T, Hkv, D] + slot mapping -> NVFP4 (+ guidance) or BF16 KV pages")

@@ -1,0 +1,448 @@
+// NVFP4 paged split-KV decode attention, "mma2": the tensor-core kernel with tokens as the MMA rows.
+//
+// Why: `mma` (attention_decode_mma.cuh) puts the q heads on the 16 M rows, so with GQA 8 half of
+// every MMA, of the accumulators and of their rescaling is zero rows, and the SASS of its tile loop
+// is ~105 warp instructions per (token, kv head) (1679 per thread per 64-token tile, 4 warps): the
+// SM issues ~26 cycles per token before any stall, which is the 32-34 cycles measured. Here the
+// roles are transposed so no row is wasted for up to 8 heads per CTA:
+//   S^T[tok, h] = K[tok, :] . Q^T[:, h]     (A = K dequantized, 16 tokens; B = Q, 8 heads)
+//   O^T[d, h]  += V^T[d, tok] . P^T[tok, h]  (A = V dequantized, 16 d rows; B = P, via movmatrix)
+// so per 16 tokens QK is 8 MMAs (not 16), PV is D/16 MMAs (not D/8), the accumulator is D/16 x 4
+// registers (not D/8 x 4), and each warp runs 32 tokens per tile step (one softmax update, one
+// accumulator rescale per 32 tokens). Operands are exact FP16: an E2M1 nibble placed in an E4M3 byte
+// (value / 64) -> hardware e4m3x2 -> f16x2, times the E4M3 block scale as f16x2 (one HMUL2 per pair;
+// the 1/64 is folded into the FP32 score and output scales). FP16 rather than BF16 because sm_90 has
+// the one-instruction e4m3x2 -> f16x2 conversion and no e4m3 -> bf16x2 one; both are exact here.
+// The FP32 row scale of K multiplies the score; that of V enters as log2(s_v) added to the score of
+// the numerator (a second running max M), so P stays in [0, 1]:
+//   o = 64 * 2^(M - m) * sum_t 2^(s_t + log2 sv_t - M) v~_t / sum_t 2^(s_t - m)
+// Tiles of 32 * kWarps tokens are staged by cp.async, STAGES deep, with page lookups per 16-byte
+// chunk row and compile-time trip counts (no loop remainders). Same DecodeParams, split-KV partials
+// and combine kernel as the other variants.
+#pragma once
+
+#include <cfloat>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "trace_kernels/attention_decode_mma.cuh"
+
+namespace trace_kernels {
+
+template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS_, int STAGES_>
+struct DecodeAttentionMma2Config {
+  static constexpr bool kNvfp4 = true;
+  static constexpr int D = D_;
+  static constexpr int HKV = HKV_;
+  static constexpr int GROUP = GROUP_;
+  static constexpr int G = HEADS_PER_CTA_;  // MMA columns used (<= 8)
+  static constexpr int kHeadGroups = GROUP / G;
+  static constexpr int P = PAGE_;
+  static constexpr int kWarps = WARPS_;
+  static constexpr int kTokensPerWarp = 32;  // two 16-token MMA row blocks
+  static constexpr int TT = kWarps * kTokensPerWarp;
+  static constexpr int STAGES = STAGES_;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kCodeBytes = D / 2;
+  static constexpr int kScaleBytes = D / 16;
+  static constexpr int kOffKc = 0;
+  static constexpr int kOffVc = kOffKc + TT * kCodeBytes;
+  static constexpr int kOffKb = kOffVc + TT * kCodeBytes;
+  static constexpr int kOffVb = kOffKb + TT * kScaleBytes;
+  static constexpr int kOffKs = kOffVb + TT * kScaleBytes;
+  static constexpr int kOffVs = kOffKs + TT * 4;
+  static constexpr int kStageBytes = kOffVs + TT * 4;
+  static constexpr int kKWords = D / 32;  // QK: code words per token per thread (D/4 elements)
+  static constexpr int kKSteps = D / 16;  // QK k-steps
+  static constexpr int kVWords = D / 64;  // PV: code words per token per thread (D/8 elements)
+  static constexpr int kMTiles = D / 16;  // PV m-tiles (d rows)
+  static constexpr int kReduceFloats = kWarps * (8 * D + 3 * 8);  // acc [8 heads][D] + (m, l, M)
+  static constexpr int kSmemBytes = STAGES * kStageBytes > kReduceFloats * 4 ? STAGES * kStageBytes : kReduceFloats * 4;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(G >= 1 && G <= 8 && GROUP % G == 0, "up to 8 q heads per CTA (the N of one MMA)");
+  static_assert((TT * (kCodeBytes / 16)) % kThreads == 0 && TT % kThreads == 0, "whole loader passes");
+  static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
+};
+
+namespace mma2_detail {
+
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// Both halves of four E4M3 bytes as f16x2 {byte 0, byte 1} and {byte 2, byte 3}: the cvt reads the
+// 16-bit halves directly (no shift for the high half).
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+}
+
+// 2^x with flush to zero: weights below 2^-126 of the running max do not reach FP16 operands or
+// FP32 sums anyway; one MUFU.EX2 instead of exp2f's denormal-range handling. ex2(-inf) = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// {b, b} as f16x2 for E4M3 byte `sel` (0..3) of w: the byte duplicated, then one e4m3x2 -> f16x2.
+template <int SEL>
+__device__ __forceinline__ uint32_t scale_pair(uint32_t w) {
+  return mma_detail::e4m3x2_to_f16x2(__byte_perm(w, 0u, SEL * 0x11u));
+}
+
+// Max over the 8 lanes sharing lane % 4 (the MMA rows gid = 0..7 of one column pair).
+__device__ __forceinline__ float column_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+}
+
+__device__ __forceinline__ float column_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 8);
+  return v + __shfl_xor_sync(0xffffffffu, v, 16);
+}
+
+}  // namespace mma2_detail
+
+// Stage tokens [pos0, pos0 + TT) of sequence b; trip counts are compile-time, positions >= end
+// are zero-filled (the page lookup is skipped for them).
+template <class Cfg>
+__device__ __forceinline__ void load_tile_mma2(uint8_t* stage, const DecodeParams& p, int b, int kv_head, int pos0,
+                                               int end) {
+  constexpr int kChunks = Cfg::kCodeBytes / 16;
+  const int* table = p.block_table + static_cast<int64_t>(b) * p.max_pages;
+#pragma unroll
+  for (int it = 0; it < Cfg::TT * kChunks / Cfg::kThreads; ++it) {
+    const int i = it * Cfg::kThreads + threadIdx.x;
+    const int t = i / kChunks;
+    const int chunk = i % kChunks;
+    const int pos = pos0 + t;
+    const bool valid = pos < end;
+    const int64_t row =
+        valid ? (static_cast<int64_t>(table[pos / Cfg::P]) * Cfg::P + pos % Cfg::P) * Cfg::HKV + kv_head : 0;
+    const int64_t offset = row * Cfg::kCodeBytes + chunk * 16;
+    detail::cp_async16(stage + Cfg::kOffKc + t * Cfg::kCodeBytes + chunk * 16, p.k_codes + offset, valid ? 16 : 0);
+    detail::cp_async16(stage + Cfg::kOffVc + t * Cfg::kCodeBytes + chunk * 16, p.v_codes + offset, valid ? 16 : 0);
+  }
+  constexpr int kSb = Cfg::kScaleBytes;
+#pragma unroll
+  for (int it = 0; it < Cfg::TT / Cfg::kThreads; ++it) {
+    const int t = it * Cfg::kThreads + threadIdx.x;
+    const int pos = pos0 + t;
+    const bool valid = pos < end;
+    const int64_t row =
+        valid ? (static_cast<int64_t>(table[pos / Cfg::P]) * Cfg::P + pos % Cfg::P) * Cfg::HKV + kv_head : 0;
+    detail::cp_async_small<kSb>(stage + Cfg::kOffKb + t * kSb, p.k_block_scales + row * kSb, valid ? kSb : 0);
+    detail::cp_async_small<kSb>(stage + Cfg::kOffVb + t * kSb, p.v_block_scales + row * kSb, valid ? kSb : 0);
+    detail::cp_async_small<4>(stage + Cfg::kOffKs + t * 4, p.k_scale + row, valid ? 4 : 0);
+    detail::cp_async_small<4>(stage + Cfg::kOffVs + t * 4, p.v_scale + row, valid ? 4 : 0);
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
+  using namespace mma_detail;
+  using namespace mma2_detail;
+  constexpr int D = Cfg::D, G = Cfg::G, TT = Cfg::TT;
+  __shared__ __align__(16) uint8_t smem[Cfg::kSmemBytes];
+
+  const int kv_head = blockIdx.x / Cfg::kHeadGroups;
+  const int head0 = kv_head * Cfg::GROUP + (blockIdx.x % Cfg::kHeadGroups) * G;
+  const int split = blockIdx.y;
+  const int num_splits = gridDim.y;
+  const int b = blockIdx.z;
+  const int hq = Cfg::HKV * Cfg::GROUP;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int gid = lane / 4;  // QK: token row / B column (head gid); PV: d rows
+  const int tig = lane % 4;  // QK: D quarter; C columns = heads 2 tig, 2 tig + 1
+
+  const int length = min(p.lengths[b], p.max_pages * Cfg::P);
+  const int pos_begin = split * p.tiles_per_split * TT;
+  const int pos_end = min(length, pos_begin + p.tiles_per_split * TT);
+  const int num_tiles = pos_end > pos_begin ? (pos_end - pos_begin + TT - 1) / TT : 0;
+
+  // Q of head gid as QK B fragments, scaled by a power of two c into FP16 range. Thread tig owns
+  // elements [tig D/4, (tig + 1) D/4); k-step s = 2 i + h: b0 = elements {8i + 4h, +2}, b1 = {+1, +3}
+  // (the K A fragment below takes the same elements from its code words).
+  uint32_t qb[Cfg::kKSteps][2];
+  float head_scale[2];  // 64 * softmax_scale * log2(e) / c, for heads 2 tig and 2 tig + 1
+  {
+    float qv[D / 4];
+    float amax = 0.f;
+#pragma unroll
+    for (int v = 0; v < D / 32; ++v) {
+      float f[8];
+      if (gid < G) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(b) * hq + head0 + gid) * D +
+                                                          tig * (D / 4) + v * 8);
+        detail::bf16x8_to_float(raw, f);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[j] = 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        qv[v * 8 + j] = f[j];
+        amax = fmaxf(amax, fabsf(f[j]));
+      }
+    }
+    amax = quad_max(amax);
+    int e = 0;
+    frexpf(amax, &e);
+    const int shift = amax > 0.f ? max(-126, min(127, 15 - e)) : 0;  // amax * 2^shift in [2^14, 2^15)
+    const float c = ldexpf(1.f, shift);
+    const float my_scale = 64.f * p.scale_log2 * ldexpf(1.f, -shift);
+#pragma unroll
+    for (int j = 0; j < D / 4; ++j) qv[j] *= c;
+#pragma unroll
+    for (int s = 0; s < Cfg::kKSteps; ++s) {
+      const int base = (s / 2) * 8 + (s % 2) * 4;
+      qb[s][0] = pack_f16x2(qv[base], qv[base + 2]);
+      qb[s][1] = pack_f16x2(qv[base + 1], qv[base + 3]);
+    }
+    head_scale[0] = __shfl_sync(0xffffffffu, my_scale, 4 * (2 * tig));  // lane of gid = 2 tig
+    head_scale[1] = __shfl_sync(0xffffffffu, my_scale, 4 * (2 * tig + 1));
+  }
+
+  float acc[Cfg::kMTiles][4];  // rows d, columns heads 2 tig, 2 tig + 1
+#pragma unroll
+  for (int j = 0; j < Cfg::kMTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  // Finite start (not -inf): exp2(start - m) is then 0 or 1, never NaN, even for fully masked rows.
+  float run_m[2] = {-FLT_MAX, -FLT_MAX};  // max score (log2 domain) per head column
+  float run_M[2] = {-FLT_MAX, -FLT_MAX};  // max of score + log2(s_v)
+  float run_l[2] = {0.f, 0.f};            // this thread's part of sum 2^(score - m)
+
+#pragma unroll
+  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+    if (s < num_tiles) load_tile_mma2<Cfg>(smem + s * Cfg::kStageBytes, p, b, kv_head, pos_begin + s * TT, pos_end);
+    detail::cp_async_commit();
+  }
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    {
+      const int next = tile + Cfg::STAGES - 1;
+      if (next < num_tiles)
+        load_tile_mma2<Cfg>(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, pos_begin + next * TT,
+                            pos_end);
+      detail::cp_async_commit();
+    }
+    detail::cp_async_wait<Cfg::STAGES - 1>();
+    __syncthreads();
+    const uint8_t* stage = smem + (tile % Cfg::STAGES) * Cfg::kStageBytes;
+    const float* k_scale = reinterpret_cast<const float*>(stage + Cfg::kOffKs);
+    const float* v_scale = reinterpret_cast<const float*>(stage + Cfg::kOffVs);
+    const int tile_pos = pos_begin + tile * TT;
+    const int chunk = warp * Cfg::kTokensPerWarp;
+
+    // ---- S^T for 2 blocks of 16 tokens: rows gid, gid + 8 = tokens; columns = heads 2 tig, 2 tig + 1
+    float sc[2][4];
+    float lv[2][2];  // log2 of the V row scale of tokens gid, gid + 8
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      sc[u][0] = sc[u][1] = sc[u][2] = sc[u][3] = 0.f;
+      uint32_t words[2][Cfg::kKWords];
+      uint32_t scales[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int tok = chunk + 16 * u + 8 * r + gid;
+        const uint8_t* row = stage + Cfg::kOffKc + tok * Cfg::kCodeBytes + tig * (D / 8);
+        if constexpr (Cfg::kKWords == 4) {
+          const uint4 w4 = *reinterpret_cast<const uint4*>(row);
+          words[r][0] = w4.x; words[r][1] = w4.y; words[r][2] = w4.z; words[r][3] = w4.w;
+          scales[r] = *reinterpret_cast<const uint16_t*>(stage + Cfg::kOffKb + tok * Cfg::kScaleBytes + 2 * tig);
+        } else {
+          const uint2 w2 = *reinterpret_cast<const uint2*>(row);
+          words[r][0] = w2.x; words[r][1] = w2.y;
+          scales[r] = stage[Cfg::kOffKb + tok * Cfg::kScaleBytes + tig];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < Cfg::kKWords; ++i) {
+        uint32_t a[2][4];  // [token row][e_lo, e_hi, o_lo, o_hi]
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          // word i covers elements 8i..8i+7 of the thread's D/4: block 2 tig + i / 2 (D = 128), tig (D = 64)
+          const uint32_t s2 = (Cfg::kKWords == 4 && i >= 2) ? scale_pair<1>(scales[r]) : scale_pair<0>(scales[r]);
+          uint32_t e_lo, e_hi, o_lo, o_hi;
+          e4m3x4_to_f16x2x2(even_bytes(words[r][i]), e_lo, e_hi);  // elements 0, 2 and 4, 6
+          e4m3x4_to_f16x2x2(odd_bytes(words[r][i]), o_lo, o_hi);   // 1, 3 and 5, 7
+          a[r][0] = hmul2(e_lo, s2);
+          a[r][1] = hmul2(e_hi, s2);
+          a[r][2] = hmul2(o_lo, s2);
+          a[r][3] = hmul2(o_hi, s2);
+        }
+        mma_f16(sc[u], a[0][0], a[1][0], a[0][2], a[1][2], qb[2 * i][0], qb[2 * i][1]);
+        mma_f16(sc[u], a[0][1], a[1][1], a[0][3], a[1][3], qb[2 * i + 1][0], qb[2 * i + 1][1]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int tok = chunk + 16 * u + 8 * r + gid;
+        const bool valid = tile_pos + tok < pos_end;
+        const float ks = k_scale[tok];
+        lv[u][r] = valid ? __log2f(v_scale[tok]) : -CUDART_INF_F;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float s = sc[u][2 * r + c] * ks * head_scale[c];
+          sc[u][2 * r + c] = valid ? s : -CUDART_INF_F;
+        }
+      }
+    }
+
+    // ---- online softmax per head column over the warp's 32 tokens
+    float beta[2];
+    uint32_t pb[2][2];  // P^T B fragments per 16-token block: b0 (tokens 2 tig, +1), b1 (8 + 2 tig, +1)
+    {
+      float w[2][4];  // numerator weights 2^(s + log2 sv - M)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float mx = -FLT_MAX, Mx = -FLT_MAX;
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            mx = fmaxf(mx, sc[u][2 * r + c]);
+            Mx = fmaxf(Mx, sc[u][2 * r + c] + lv[u][r]);
+          }
+        const float m_new = fmaxf(run_m[c], column_max(mx));
+        const float M_new = fmaxf(run_M[c], column_max(Mx));
+        const float alpha = fast_exp2(run_m[c] - m_new);
+        beta[c] = fast_exp2(run_M[c] - M_new);
+        run_m[c] = m_new;
+        run_M[c] = M_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            sum += fast_exp2(sc[u][2 * r + c] - m_new);
+            w[u][2 * r + c] = fast_exp2(sc[u][2 * r + c] + lv[u][r] - M_new);
+          }
+        run_l[c] = run_l[c] * alpha + sum;
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        pb[u][0] = movmatrix_trans(pack_f16x2(w[u][0], w[u][1]));  // token rows gid -> k 2 tig, 2 tig + 1
+        pb[u][1] = movmatrix_trans(pack_f16x2(w[u][2], w[u][3]));  // token rows gid + 8 -> k 8 + 2 tig, +1
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < Cfg::kMTiles; ++j) {
+      acc[j][0] *= beta[0];
+      acc[j][1] *= beta[1];
+      acc[j][2] *= beta[0];
+      acc[j][3] *= beta[1];
+    }
+
+    // ---- O^T += V^T P^T: thread gid owns d in [(D/8) gid, (D/8)(gid + 1)) of tokens 2 tig, 2 tig + 1,
+    // 8 + 2 tig, 9 + 2 tig of each block; m-tile (word wi, pair j): row gid = element 2j of the word,
+    // row gid + 8 = element 2j + 1; register halves = the two tokens of a pair.
+    const int vblock = (gid * (D / 8)) / 16;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int t0 = chunk + 16 * u + 2 * tig;
+      const int vtok[4] = {t0, t0 + 1, t0 + 8, t0 + 9};
+      uint32_t vscale[2];  // {b(tok 0), b(tok 1)}, {b(tok 2), b(tok 3)} as f16x2
+#pragma unroll
+      for (int pr = 0; pr < 2; ++pr) {
+        const uint32_t lo = stage[Cfg::kOffVb + vtok[2 * pr] * Cfg::kScaleBytes + vblock];
+        const uint32_t hi = stage[Cfg::kOffVb + vtok[2 * pr + 1] * Cfg::kScaleBytes + vblock];
+        vscale[pr] = e4m3x2_to_f16x2(lo | (hi << 8));
+      }
+      uint32_t vw[4][Cfg::kVWords];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint8_t* row = stage + Cfg::kOffVc + vtok[k] * Cfg::kCodeBytes + gid * (D / 16);
+        if constexpr (Cfg::kVWords == 2) {
+          const uint2 w2 = *reinterpret_cast<const uint2*>(row);
+          vw[k][0] = w2.x; vw[k][1] = w2.y;
+        } else {
+          vw[k][0] = *reinterpret_cast<const uint32_t*>(row);
+        }
+      }
+#pragma unroll
+      for (int wi = 0; wi < Cfg::kVWords; ++wi) {
+        uint32_t ev[4], od[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          ev[k] = even_bytes(vw[k][wi]);
+          od[k] = odd_bytes(vw[k][wi]);
+        }
+#pragma unroll
+        for (int sel = 0; sel < 2; ++sel) {  // bytes 0, 1 (elements 0/1, 2/3) or 2, 3 (4/5, 6/7)
+          const uint32_t selector = sel == 0 ? 0x5140u : 0x7362u;
+          uint32_t e01[2], e23[2], o01[2], o23[2];  // [pair q]: f16x2 of the two tokens
+          e4m3x4_to_f16x2x2(__byte_perm(ev[0], ev[1], selector), e01[0], e01[1]);
+          e4m3x4_to_f16x2x2(__byte_perm(ev[2], ev[3], selector), e23[0], e23[1]);
+          e4m3x4_to_f16x2x2(__byte_perm(od[0], od[1], selector), o01[0], o01[1]);
+          e4m3x4_to_f16x2x2(__byte_perm(od[2], od[3], selector), o23[0], o23[1]);
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {  // pair j = 2 sel + q: elements 2j (even) and 2j + 1 (odd)
+            const int j = wi * 4 + 2 * sel + q;
+            mma_f16(acc[j], hmul2(e01[q], vscale[0]), hmul2(o01[q], vscale[0]), hmul2(e23[q], vscale[1]),
+                    hmul2(o23[q], vscale[1]), pb[u][0], pb[u][1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled next iteration
+  }
+  detail::cp_async_wait<0>();
+  __syncthreads();
+
+  // ---- merge the warps: per head (m, l, M) and acc [8 heads][D]
+  float* red = reinterpret_cast<float*>(smem);
+  float* stats = red + Cfg::kWarps * 8 * D;  // [warps][3][8]
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const float l = column_sum(run_l[c]);
+    const int h = 2 * tig + c;
+    if (gid == 0) {
+      stats[(warp * 3 + 0) * 8 + h] = run_m[c];
+      stats[(warp * 3 + 1) * 8 + h] = l;
+      stats[(warp * 3 + 2) * 8 + h] = run_M[c];
+    }
+#pragma unroll
+    for (int wi = 0; wi < Cfg::kVWords; ++wi)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = gid * (D / 8) + wi * 8 + 2 * j;
+        red[(warp * 8 + h) * D + d] = acc[wi * 4 + j][c];
+        red[(warp * 8 + h) * D + d + 1] = acc[wi * 4 + j][2 + c];
+      }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += Cfg::kThreads) {
+    const int h = idx / D;
+    const int d = idx - h * D;
+    float m = -FLT_MAX, M = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      m = fmaxf(m, stats[(w * 3 + 0) * 8 + h]);
+      M = fmaxf(M, stats[(w * 3 + 2) * 8 + h]);
+    }
+    float l = 0.f, o = 0.f;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      l += exp2f(stats[(w * 3 + 0) * 8 + h] - m) * stats[(w * 3 + 1) * 8 + h];
+      o += exp2f(stats[(w * 3 + 2) * 8 + h] - M) * red[(w * 8 + h) * D + d];
+    }
+    o = l > 0.f ? 64.f * o * exp2f(M - m) / l : 0.f;  // 64: the V operands are value / 64
+    const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
+    if (num_splits == 1) {
+      p.out[bh * D + d] = __float2bfloat16_rn(o);
+    } else {
+      p.o_part[(bh * num_splits + split) * D + d] = o;
+      if (d == 0) p.lse_part[bh * num_splits + split] = l > 0.f ? m + log2f(l) : -CUDART_INF_F;
+    }
+  }
+}
+
+}  // namespace trace_kernels
