@@ -21,15 +21,15 @@ results, unified report), PNG plots and a markdown table next to it; prints the 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench modules beside this file
 import plots  # noqa: E402
+
+from trace_kernels.testing.provenance import git_commit, utc_now  # noqa: E402
 
 MB = 1 << 20
 QUICK = {"memory_sizes_mb": (16, 256), "moe_shapes": ("qwen3-30b-a3b",), "moe_tokens": (1, 64, 1024, 4096),
@@ -43,16 +43,6 @@ FULL = {"memory_sizes_mb": (1, 4, 16, 64, 256, 1024), "moe_shapes": ("qwen3-30b-
         "attention_cases": ((8, 4096), (8, 8192), (8, 16384), (8, 32768), (8, 65536), (8, 131072), (4, 131072),
                             (32, 32768)),
         "append_tokens": 262144, "rollout_argv": ["--prompt-lens", "1024,4096", "--output-len", "1024"]}
-
-
-def git_commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (no git metadata)"
 
 
 def measure_roofline() -> dict:
@@ -180,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds[section] = time.perf_counter() - t0
         print(f"== {section} done in {seconds[section]:.0f} s", flush=True)
     report = {"gpu": props.name, "sms": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "date": utc_now(),
               "commit": git_commit(), "torch": torch.__version__,
               "command": "python profiling/bench.py " + " ".join(argv), "quick": args.quick, "config": cfg,
               "roofline": roofline, "seconds": seconds, "skipped": skipped, "errors": errors,

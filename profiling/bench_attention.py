@@ -20,11 +20,9 @@ SDPA, and the max batch at 128K on a 141 GB card.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import subprocess
 
 import torch
 import torch.nn.functional as F
@@ -32,22 +30,13 @@ import torch.nn.functional as F
 from trace_kernels import attention, kv_cache
 from trace_kernels.kv_append import kv_append
 from trace_kernels.testing.bench import time_eager, time_graph, variants_for
+from trace_kernels.testing.provenance import git_commit, utc_now
 
 HQ, HKV, D, P = 32, 4, 128, 16
 CASES = ((8, 8192), (8, 32768), (4, 131072), (32, 32768))
 GB = 1e9
 CARD_BYTES = 141e9
 LAYERS_30B = 48  # Qwen3-30B-A3B layers (Hkv=4, D=128)
-
-
-def commit() -> str:
-    explicit = os.environ.get("TRACE_KERNELS_BENCH_COMMIT")
-    if explicit:
-        return explicit
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except Exception:
-        return "unknown (working tree without git metadata)"
 
 
 def token_head_bytes(fmt: str) -> int:
@@ -216,8 +205,8 @@ def main() -> None:
     for r in append:
         r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
     extend = bench_extend(4, 8192, 1024)
-    result = {"gpu": props.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "commit": commit(), "torch": torch.__version__,
+    result = {"gpu": props.name, "date": utc_now(),
+              "commit": git_commit(), "torch": torch.__version__,
               "command": "python profiling/bench_attention.py " + " ".join(
                   f"--{k.replace('_', '-')} {v}" if not isinstance(v, bool) else (f"--{k}" if v else "")
                   for k, v in vars(args).items()).strip(),

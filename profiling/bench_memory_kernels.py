@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import importlib
 import json
 import os
-import subprocess
 import sys
 
 import torch
@@ -40,21 +38,12 @@ from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
 from trace_kernels.codegen.ops import quantize as codegen_quantize
 from trace_kernels.codegen.ops import refit_weights as codegen_refit
 from trace_kernels.testing.bench import host_overhead_us, time_eager, time_graph, variants_for
+from trace_kernels.testing.provenance import git_commit, utc_now
 
 D = 2048
 REFIT_N, REFIT_K = 1536, 2048
 MB = 1 << 20
 SWEEP_SIZES = (256 * MB,)
-
-
-def commit() -> str:
-    explicit = os.environ.get("TRACE_KERNELS_BENCH_COMMIT")
-    if explicit:
-        return explicit
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except Exception:
-        return "unknown (working tree without git metadata)"
 
 
 def wanted(args, op: str, name: str = "") -> bool:
@@ -216,8 +205,8 @@ def main(argv=None) -> int:
             r["moved_fraction_of_copy"] = r["moved_tb_per_s"] / copy_at[r["input_mb"]]
     report = {
         "gpu": props.name, "sms": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit(), "torch": torch.__version__,
+        "date": utc_now(),
+        "commit": git_commit(), "torch": torch.__version__,
         "command": "python profiling/bench_memory_kernels.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "method": "median ms per call over CUDA-graph replays rotating fresh input sets; bytes = read once + write once",
         "target": ">= 0.85 of same-size copy bandwidth at >= 64 MB",

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 import torch
@@ -38,13 +36,7 @@ from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_layout import CODE_RECORD_BYTES, SCALE_RECORD_BYTES, MoEWeights
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import random_topk
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except Exception:
-        return "unknown"
+from trace_kernels.testing.provenance import git_commit, utc_now
 
 
 def random_packed_weights(e: int, n: int, k: int, gen: torch.Generator) -> MoEWeights:
@@ -265,8 +257,8 @@ def main(argv=None) -> int:
         with open(args.out + ".partial", "w") as f:  # survive a time-out of the next shape
             json.dump(results, f, indent=1)
         torch.cuda.empty_cache()
-    report = {"gpu": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-              "commit": _commit(), "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+    report = {"gpu": torch.cuda.get_device_name(), "date": utc_now(),
+              "commit": git_commit(), "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
               "torch": torch.__version__, "copy_bandwidth_bytes_per_s": bw, "reps": args.reps, "results": results}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

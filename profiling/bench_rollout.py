@@ -25,17 +25,16 @@ Writes JSON with the GPU, date, commit, command, torch version and every arm; pr
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from trace_kernels.testing.provenance import git_commit, utc_now
 from trace_rl.config import load_preset
 from trace_rl.engine import EngineConfig, RolloutEngine, SamplingParams
 from trace_rl.model import MoEForCausalLM
@@ -44,16 +43,6 @@ QUICK = dict(preset="bench", prompt_lens="1024", output_len=128, batch="64",
              arms="bf16:off:graphs,nvfp4:off:graphs,nvfp4:compact:graphs,nvfp4:off:eager,nvfp4:off:graphs:nokv,"
                   "bf16:off:eager",
              refit_iters=3, time_budget=150.0)
-
-
-def git_commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def kv_bytes_per_token(config, mode: str) -> int:
@@ -265,7 +254,7 @@ def main(argv=None) -> dict:
     result = {
         "benchmark": "bench_rollout",
         "device": torch.cuda.get_device_name(device),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_now(),
         "commit": git_commit(),
         "command": " ".join(["python", *sys.argv]),
         "torch": torch.__version__,

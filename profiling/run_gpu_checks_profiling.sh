@@ -12,45 +12,15 @@ set -uo pipefail
 OUT=${OUT:-runs/profiling}
 BUDGET=${BUDGET:-570}  # seconds for the whole script
 mkdir -p "$OUT"
-if ls .whl/*.whl > /dev/null 2>&1; then  # nvidia-cutlass (headers) and nvtx (without it no NVTX ranges exist)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .whl/*.whl > "$OUT/setup.log" 2>&1 || echo "wheel install failed (see setup.log)"
-  export PYTHONPATH=/tmp/site:$PWD/python:$PWD/rl${PYTHONPATH:+:$PYTHONPATH}
-else
-  export PYTHONPATH=$PWD/python:$PWD/rl${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONUNBUFFERED=1
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache}
-left() { echo $(( BUDGET - SECONDS )); }
+source profiling/gpu_env.sh "$OUT/setup.log"  # wheels, PYTHONPATH, JIT cache, left()
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
   python3 -c "import torch, sys, nvtx; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())"
   ncu --version | tail -1; } >> "$OUT/setup.log" 2>&1
 
 echo "== prebuild ($(left)s left)"
-timeout 150 python3 - >> "$OUT/setup.log" 2>&1 << 'EOF'
-import time
-from trace_kernels import jit, shapes
-from trace_kernels.codegen.ops import moe_gemm as mg, quantize as q, refit_weights as rw
-t = time.time()
-specs = {}
-# (shape, tokens per MoE call): the decode-case (tiny-kernels) and bench --quick (MoE, rollout bench preset)
-for name, tokens in (("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64", (1, 4, 32)),
-                     ("qwen3-30b-a3b", (1, 2, 64, 1024, 4096, 16384))):
-    shape = shapes.resolve(name)
-    tiles = {mg.tile_for_rows(t * shape.top_k, shape.experts) for t in tokens}
-    ss = [mg.gemm_spec(shape, kind, tile) for kind in ("gate_up_swiglu", "down_routed") for tile in tiles]
-    ss += [mg.combine_spec(shape), *q.specs_for_shape(shape), *rw.specs_for_shape(shape)]
-    try:
-        from trace_kernels.codegen.ops import decode_attention as da, kv_append as ka
-        ss += [*ka.specs_for_shape(shape), *da.specs_for_shape(shape)]
-    except Exception as e:
-        print("no paged-KV kernel specs:", e)
-    specs.update((s.name, s) for s in ss)
-entries = jit.build_all(list(specs.values()), jobs=16, keep_going=True)
-for name, e in zip(specs, entries):
-    print(name, "FAILED: " + str(e)[:400] if isinstance(e, BaseException) else "ok")
-print(f"built/verified {len(specs)} kernels in {time.time() - t:.1f}s")
-EOF
+# (shape:tokens per MoE call): the decode case (tiny-kernels) and bench --quick (MoE, rollout bench preset)
+timeout 150 python3 profiling/prebuild_engine_kernels.py "E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64:1,4,32" \
+  qwen3-30b-a3b:1,2,64,1024,4096,16384 >> "$OUT/setup.log" 2>&1
 echo "prebuild exit $?"; grep -E "FAILED|built|Error" "$OUT/setup.log" | tail -5
 
 echo "== ncu: MoE GEMM ranges inside rollout/decode_step ($(left)s left)"

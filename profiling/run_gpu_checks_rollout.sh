@@ -9,47 +9,16 @@ set -uo pipefail
 OUT=${OUT:-runs/rollout}
 BUDGET=${BUDGET:-570}  # seconds for the whole script
 mkdir -p "$OUT"
-if ls .whl/*.whl > /dev/null 2>&1; then  # nvidia-cutlass (headers) and nvtx, like the other runs
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .whl/*.whl > "$OUT/pip.log" 2>&1 || echo "wheel install failed (see pip.log)"
-  export PYTHONPATH=/tmp/site:$PWD/python:$PWD/rl${PYTHONPATH:+:$PYTHONPATH}
-else
-  export PYTHONPATH=$PWD/python:$PWD/rl${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONUNBUFFERED=1
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache}
-left() { echo $(( BUDGET - SECONDS )); }
+source profiling/gpu_env.sh "$OUT/pip.log"  # wheels, PYTHONPATH, JIT cache, left()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())" \
   >> "$OUT/gpu.txt" 2>&1
 python3 -c "import safetensors" 2> /dev/null || echo "safetensors missing: the guidance-store GPU test will skip" | tee -a "$OUT/gpu.txt"
 
 echo "== prebuild ($(left)s left)"
-timeout 150 python3 - > "$OUT/build.log" 2>&1 << 'EOF'
-import time
-from trace_kernels import jit, shapes
-from trace_kernels.codegen.ops import moe_gemm as mg, quantize as q, refit_weights as rw
-t = time.time()
-specs = {}
-# (shape, token counts the tests and the quick bench route per MoE call): only the tiles they use
-for name, tokens in (("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64", (1, 8, 40)),      # tiny-kernels
-                     ("E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64", (1, 8, 40)),   # small
-                     ("qwen3-30b-a3b", (2, 64, 16384))):                       # bench
-    shape = shapes.resolve(name)
-    tiles = {mg.tile_for_rows(t * shape.top_k, shape.experts) for t in tokens}
-    ss = [mg.gemm_spec(shape, kind, tile) for kind in ("gate_up_swiglu", "down_routed") for tile in tiles]
-    ss += [mg.combine_spec(shape), *q.specs_for_shape(shape), *rw.specs_for_shape(shape)]
-    try:  # the paged-KV kernels (issue 5), if present
-        from trace_kernels.codegen.ops import decode_attention as da, kv_append as ka
-        ss += [*ka.specs_for_shape(shape), *da.specs_for_shape(shape)]
-    except Exception as e:
-        print("no paged-KV kernel specs:", e)
-    specs.update((s.name, s) for s in ss)
-entries = jit.build_all(list(specs.values()), jobs=16, keep_going=True)
-for name, e in zip(specs, entries):
-    print(name, "FAILED: " + str(e)[:400] if isinstance(e, BaseException) else "ok")
-print(f"built/verified {len(specs)} kernels in {time.time() - t:.1f}s")
-EOF
+# (shape:token counts the tests and the quick bench route per MoE call): tiny-kernels, small, bench
+timeout 150 python3 profiling/prebuild_engine_kernels.py "E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64:1,8,40" \
+  "E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64:1,8,40" qwen3-30b-a3b:2,64,16384 > "$OUT/build.log" 2>&1
 echo "prebuild exit $?"; grep -E "FAILED|built" "$OUT/build.log" | tail -8
 
 echo "== GPU tests ($(left)s left)"

@@ -136,3 +136,13 @@ def test_async_epilogue_tile_names_only_the_fused_kernel():
         assert codegen.gemm_spec(shape, kind, tile).render() == codegen.gemm_spec(shape, kind, base).render()
     with pytest.raises(ValueError, match="ws knobs"):
         codegen.gemm_spec(shape, "gate_up_swiglu", codegen.TileConfig(8, 4, async_epilogue=True))
+
+
+def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
+    """ws stages need K % 128 == 0: a K=64 shape (the engine's tiny-kernels preset) gets v1's tile."""
+    decode_rows = 2 * 8  # 2 rows per expert: the decode band
+    assert codegen.tile_for_rows(decode_rows, 8, "auto", k=64) == codegen.TILE_TABLE[0][1]
+    assert codegen.tile_for_rows(decode_rows, 8, "auto", k=256).variant == "ws"
+    small = shapes.resolve("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64")
+    specs = codegen.specs_for_shape(small, ("auto",))
+    assert specs and not any("_ws1_" in s.name for s in specs)

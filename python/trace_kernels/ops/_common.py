@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
@@ -54,9 +55,15 @@ def check_rows(rows: int, name: str = "x") -> None:
         raise ValueError(f"{name} has {rows} rows; kernels index rows with int32 (split the tensor)")
 
 
+@functools.lru_cache(maxsize=None)
+def device_capability(device_index: int) -> tuple[int, int]:
+    """(major, minor) of a device, queried once per process (the ops check it on every launch)."""
+    return torch.cuda.get_device_capability(device_index)
+
+
 def check_cuda_device(t: torch.Tensor) -> int:
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    major, minor = torch.cuda.get_device_capability(index)
+    major, minor = device_capability(index)
     if (major, minor) != (9, 0):
         raise RuntimeError(f"trace_kernels GPU kernels are built for sm_90a (Hopper); device {index} is sm_{major}{minor}. "
                            "Move the tensors to the CPU to use the reference implementation.")

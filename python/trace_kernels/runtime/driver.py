@@ -44,30 +44,32 @@ def ensure_context(device_index: int) -> None:
     """Make torch's primary context for device_index current on this thread (cuda-python calls need it)."""
     global _initialized
     cu = driver()
-    with _init_lock:
-        if not _initialized:
-            check(cu.cuInit(0), "cuInit")
-            _initialized = True
+    if not _initialized:  # runs on every launch: take the lock only until cuInit has run
+        with _init_lock:
+            if not _initialized:
+                check(cu.cuInit(0), "cuInit")
+                _initialized = True
     current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    device = check(cu.cuDeviceGet(device_index), "cuDeviceGet")
     if current is not None and int(current) != 0:
         current_device = check(cu.cuCtxGetDevice(), "cuCtxGetDevice")
-        if int(current_device) == int(device):
+        if int(current_device) == int(_device(device_index)):
             return
     ctx = _primary_context(device_index)
     check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
 @functools.lru_cache(maxsize=None)
+def _device(device_index: int):
+    return check(driver().cuDeviceGet(device_index), "cuDeviceGet")
+
+
+@functools.lru_cache(maxsize=None)
 def _primary_context(device_index: int):
-    cu = driver()
-    device = check(cu.cuDeviceGet(device_index), "cuDeviceGet")
-    return check(cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+    return check(driver().cuDevicePrimaryCtxRetain(_device(device_index)), "cuDevicePrimaryCtxRetain")
 
 
 @functools.lru_cache(maxsize=None)
 def multiprocessor_count(device_index: int) -> int:
     cu = driver()
-    device = check(cu.cuDeviceGet(device_index), "cuDeviceGet")
     attr = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-    return int(check(cu.cuDeviceGetAttribute(attr, device), "cuDeviceGetAttribute"))
+    return int(check(cu.cuDeviceGetAttribute(attr, _device(device_index)), "cuDeviceGetAttribute"))

@@ -1,1 +1,1 @@
-"""Helpers for tests and benchmarks: timing (bench) and the kernel sets the GPU tests use."""
+"""Helpers for tests and benchmarks: timing (bench), provenance (commit, date) and the kernel sets the GPU tests use."""

@@ -6,6 +6,8 @@ decode_attention_nvfp4_hq32_hkv4_d128_p16_sm90a; the combine kernel depends on h
 
 from __future__ import annotations
 
+import functools
+
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
 from trace_kernels.shapes import ModelShape
@@ -62,6 +64,7 @@ def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_s
             "tile_tokens": tile_tokens, "stages": stages}
 
 
+@functools.lru_cache(maxsize=None)  # memoized: built on every launch
 def spec(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int,
          variant: str = "simt") -> KernelSpec:
     t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
@@ -90,6 +93,7 @@ def spec(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_siz
     )
 
 
+@functools.lru_cache(maxsize=None)  # memoized: built on every launch
 def combine_spec(head_dim: int) -> KernelSpec:
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"{COMBINE_NAME}: head_dim {head_dim} is not supported (supported: {HEAD_DIMS})")

@@ -8,6 +8,8 @@ FP32 bit patterns, range check per half block. `VARIANT` is what the op launches
 
 from __future__ import annotations
 
+import functools
+
 from trace_kernels.codegen.ops.quantize import quantize_dims
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name
@@ -29,6 +31,12 @@ def check_variant(variant: str | None) -> str:
 
 
 def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
+    return _spec(dtype, d, check_variant(variant))
+
+
+# memoized: the ops build their spec on every launch; variant is resolved first, since VARIANT may change
+@functools.lru_cache(maxsize=None)
+def _spec(dtype, d: int, variant: str) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
     variant = check_variant(variant)

@@ -5,6 +5,8 @@ One kernel per (cache format, kv heads, head_dim); the page size does not enter 
 
 from __future__ import annotations
 
+import functools
+
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
 from trace_kernels.shapes import ModelShape
@@ -17,6 +19,7 @@ FORMATS = ("nvfp4", "bf16")
 VARIANTS = {"b1": 1, "b2": 2}
 
 
+@functools.lru_cache(maxsize=None)  # memoized: built on every launch
 def spec(cache_format: str, kv_heads: int, head_dim: int, variant: str = "b1") -> KernelSpec:
     if cache_format not in FORMATS:
         raise ValueError(f"{NAME}: cache format must be one of {FORMATS}, got {cache_format!r}")

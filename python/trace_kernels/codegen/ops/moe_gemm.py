@@ -106,14 +106,28 @@ KINDS = {
 }
 
 
-def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None) -> TileConfig:
-    """The tile for a call with num_rows routed rows over num_experts experts (DEFAULT_VARIANT's table)."""
-    table = TILE_TABLES[variant or DEFAULT_VARIANT]
+def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
+                  k: int | None = None) -> TileConfig:
+    """The tile for a call with num_rows routed rows over num_experts experts (DEFAULT_VARIANT's table).
+
+    With the GEMM's K given, an "auto" ws tile that K cannot use (ws stages of 128 need K % 128 == 0)
+    falls back to v1's tile of the same band, so small shapes keep working.
+    """
+    name = variant or DEFAULT_VARIANT
+    table = TILE_TABLES[name]
     average = num_rows / max(num_experts, 1)
-    for limit, tile in table:
-        if average <= limit:
-            return tile
-    return table[-1][1]
+    band = next((i for i, (limit, _) in enumerate(table) if average <= limit), len(table) - 1)
+    tile = table[band][1]
+    return tile if k is None or name != "auto" else auto_fallback(tile, k, band)
+
+
+def auto_fallback(tile: TileConfig, k: int, band: int) -> TileConfig:
+    """v1's tile of `band` where the "auto" table's tile does not fit K."""
+    try:
+        check_tile(tile, k)
+        return tile
+    except ValueError:
+        return TILE_TABLE[band][1]
 
 
 @dataclass(frozen=True)
@@ -261,10 +275,16 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
 
     profiling/moe_prebuild.py passes every variant to prepare an A/B run.
     """
-    tables = [TILE_TABLES[v] for v in (variants or (DEFAULT_VARIANT,))]
-    tiles = list(dict.fromkeys(tile for table in tables for _, tile in table))  # "auto" reuses tiles
-    specs = [gemm_spec(shape, kind, tile) for tile in tiles for kind in KINDS]
-    return specs + [combine_spec(shape)]
+    names = variants or (DEFAULT_VARIANT,)
+    specs: dict[str, KernelSpec] = {}  # by name: "auto" reuses the other tables' tiles
+    for name in names:
+        for band, (_, tile) in enumerate(TILE_TABLES[name]):
+            for kind in KINDS:
+                k = gemm_dims(shape, kind)[1]
+                fitted = auto_fallback(tile, k, band) if name == "auto" else tile
+                spec = gemm_spec(shape, kind, fitted)
+                specs.setdefault(spec.name, spec)
+    return list(specs.values()) + [combine_spec(shape)]
 
 
 OP = OpCodegen(name="moe_gemm", specs_for_shape=specs_for_shape,

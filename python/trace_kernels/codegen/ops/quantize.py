@@ -7,6 +7,8 @@ bytes in flight). `VARIANT` is what the op launches; the benchmark A/B-tests eve
 
 from __future__ import annotations
 
+import functools
+
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name
 from trace_kernels.shapes import ModelShape
@@ -42,6 +44,12 @@ def tiling(dtype, d: int, variant: str = "v1") -> tuple[int, int]:
 
 
 def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
+    return _spec(dtype, d, check_variant(variant))
+
+
+# memoized: the ops build their spec on every launch; variant is resolved first, since VARIANT may change
+@functools.lru_cache(maxsize=None)
+def _spec(dtype, d: int, variant: str) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
     variant = check_variant(variant)

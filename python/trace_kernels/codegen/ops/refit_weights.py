@@ -10,6 +10,8 @@ with per-expert group barriers (measured on the H200, docs/toolchain.md), "v2" t
 
 from __future__ import annotations
 
+import functools
+
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name
 from trace_kernels.shapes import ModelShape
@@ -29,6 +31,12 @@ def check_variant(variant: str | None) -> str:
 
 
 def spec(dtype, variant: str | None = None) -> KernelSpec:
+    return _spec(dtype, check_variant(variant))
+
+
+# memoized: the ops build their spec on every launch; variant is resolved first, since VARIANT may change
+@functools.lru_cache(maxsize=None)
+def _spec(dtype, variant: str) -> KernelSpec:
     variant = check_variant(variant)
     short = dtype_name(dtype)
     slots = 2 if short == "f32" else 8  # FP32: 4 slots spill at 64 registers
