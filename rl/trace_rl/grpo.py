@@ -143,25 +143,26 @@ def _policy_loss(reduce, logprobs, old_logprobs, advantages, mask, *, eps_low, e
     mask = mask.float()
     per_token, ratio, was_clipped = _clipped_surrogate(logprobs, old_logprobs, advantages,
                                                        eps_low, eps_high)
-    stats: dict[str, float] = {}
+    stats: dict[str, Tensor] = {}  # read back to floats in one copy at the end
     if tis_cap is not None:
         if rollout_logprobs is None:
             raise ValueError("tis_cap is set but rollout_logprobs is None")
         weights = truncated_is_weights(old_logprobs, rollout_logprobs, tis_cap)  # [B, T]
         per_token = per_token * weights
-        stats["tis_weight_mean"] = float(token_mean(weights, mask))
-        stats["tis_capped_frac"] = float(token_mean((weights >= tis_cap).float(), mask))
+        stats["tis_weight_mean"] = token_mean(weights, mask)
+        stats["tis_capped_frac"] = token_mean((weights >= tis_cap).float(), mask)
     if kl_coef:
         if ref_logprobs is None:
             raise ValueError("kl_coef is non-zero but ref_logprobs is None")
         # k3 of KL(pi || pi_ref) on the trainer's own samples, differentiable through logprobs.
         kl = k3_terms(logprobs, ref_logprobs.detach())
         per_token = per_token + kl_coef * kl
-        stats["ref_kl"] = float(token_mean(kl.detach(), mask))
+        stats["ref_kl"] = token_mean(kl.detach(), mask)
     loss = reduce(per_token, mask)
-    stats["clip_frac"] = float(token_mean(was_clipped, mask))
-    stats["ratio_mean"] = float(token_mean(ratio.detach(), mask))
-    return loss, stats
+    stats["clip_frac"] = token_mean(was_clipped, mask)
+    stats["ratio_mean"] = token_mean(ratio.detach(), mask)
+    values = torch.stack(list(stats.values())).tolist()
+    return loss, dict(zip(stats, values))
 
 
 @register_policy_loss("grpo_token_mean")

@@ -214,14 +214,16 @@ class RolloutEngine:
         t0 = time.perf_counter()
         capture = self.guidance_capture
         with nvtx_range("rollout/prefill" if prefill else "rollout/decode_step"):
+            # sampling keys, uploaded before the forward is queued: a blocking copy after it would
+            # wait for the whole forward (a second host sync per step)
+            keys = torch.tensor([s.rng_key for s in batch]).to(self.device, non_blocking=True)
+            positions = torch.tensor([len(s) for s in batch]).to(self.device, non_blocking=True)
             if capture is not None:
                 capture.fence()  # a graph's arena is rewritten only after its last copy left
             logits, topk, x, arena = self.runner.run(batch, prefill)
             routing.add(x.seq_ids, x.positions, topk)
             if capture is not None and arena is not None:
                 capture.enqueue(arena, x.seq_ids_cpu, x.positions_cpu, reused=self.runner.last_step_graphed)
-            keys = torch.tensor([s.rng_key for s in batch], device=self.device)
-            positions = torch.tensor([len(s) for s in batch], device=self.device)
             tokens, logprobs = sample(logits, sampling, seed, keys, positions)
             tokens, logprobs = tokens.tolist(), logprobs.float().tolist()  # the step's one sync
         for s, t, lp in zip(batch, tokens, logprobs):

@@ -57,12 +57,14 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps)
         self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps)
 
-    def forward(self, x: Tensor, positions: Tensor, backend, quant, index) -> Tensor:
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], backend, quant, index) -> Tensor:
+        """x [N, H]; rope: (cos, sin) [N, D] from ``rope_cos_sin`` of the tokens' positions (the
+        same for every layer, so the model computes it once per forward)."""
         N = x.shape[0]
         q = self.q_norm(self.q_proj(x).view(N, self.num_heads, self.head_dim))  # [N, Hq, D]
         k = self.k_norm(self.k_proj(x).view(N, self.num_kv_heads, self.head_dim))  # [N, Hkv, D]
         v = self.v_proj(x).view(N, self.num_kv_heads, self.head_dim)  # [N, Hkv, D]
-        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)
+        cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if quant is not None:
             k = quant.activation(self.layer, "k", k, index)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from trace_rl.config import MoEConfig
-from trace_rl.model.layers import Attention, DenseAttention, DenseMLP, RMSNorm
+from trace_rl.model.layers import Attention, DenseAttention, DenseMLP, RMSNorm, rope_cos_sin
 from trace_rl.model.moe import SparseMoeBlock
 from trace_rl.quant import TokenIndex
 
@@ -46,8 +46,8 @@ class DecoderLayer(nn.Module):
         self.mlp = (SparseMoeBlock(config, layer) if self.is_moe
                     else DenseMLP(config.hidden_size, config.intermediate_size))
 
-    def forward(self, h: Tensor, positions, backend, quant, index, forced):
-        h = h + self.self_attn(self.input_layernorm(h), positions, backend, quant, index)
+    def forward(self, h: Tensor, rope, backend, quant, index, forced):
+        h = h + self.self_attn(self.input_layernorm(h), rope, backend, quant, index)
         x = self.post_attention_layernorm(h)
         if self.is_moe:
             y, experts = self.mlp(x, quant, index, forced)
@@ -100,10 +100,12 @@ class MoEForCausalLM(nn.Module):
             raise ValueError(f"forced_experts has {len(forced)} entries; the model has "
                              f"{len(self.moe_layers)} MoE layers")
         h = self.model.embed_tokens(token_ids)  # [N, H]
+        c = self.config
+        rope = rope_cos_sin(positions, c.head_dim, c.rope_theta, h.dtype)  # cos, sin [N, D]
         topk, m = [], 0
         for layer in self.model.layers:
             f = forced[m] if (forced is not None and layer.is_moe) else None
-            h, experts = layer(h, positions, backend, quant, index, f)
+            h, experts = layer(h, rope, backend, quant, index, f)
             if experts is not None:
                 topk.append(experts)
                 m += 1
@@ -137,7 +139,7 @@ class MoEForCausalLM(nn.Module):
         elif seq_ids.shape != (B,):
             raise ValueError(f"seq_ids must have shape {(B,)}, got {tuple(seq_ids.shape)}")
         tokens = input_ids[b_idx, t_idx].long()
-        if (tokens < 0).any() or (tokens >= self.config.vocab_size).any():
+        if ((tokens < 0) | (tokens >= self.config.vocab_size)).any():
             raise ValueError(f"input_ids contain ids outside [0, {self.config.vocab_size})")
         pos = positions[b_idx, t_idx].long()
         index = TokenIndex(seq_ids.long()[b_idx], pos)
@@ -149,7 +151,7 @@ class MoEForCausalLM(nn.Module):
                     raise ValueError(f"forced_experts[{i}] has shape {tuple(f.shape)}, expected {(B, T, k)}")
             forced = [f[b_idx, t_idx] for f in forced_experts]
             for i, f in enumerate(forced):
-                if (f < -1).any() or (f >= self.config.num_experts).any():
+                if ((f < -1) | (f >= self.config.num_experts)).any():
                     raise ValueError(f"forced_experts[{i}] has expert ids outside "
                                      f"[-1, {self.config.num_experts}) at real tokens")
         hidden, topk = self.forward_tokens(tokens, pos, DenseAttention(b_idx, t_idx, B, T),

@@ -103,7 +103,9 @@ class PolicyTrainer:
         if replay:
             if batch.routing is None:
                 raise ValueError("routing replay needs the rollout's routing in the batch")
-            forced = [r.clamp_min(0) for r in batch.routing]  # pads are never read (masked)
+            # pads hold -1 and are never read (masked); a real token's -1 row (none today) would
+            # fall back to the trainer's router (MoEForCausalLM.forward), not a made-up expert 0
+            forced = batch.routing
         with self._capture_router() as router_logits:
             out = self.model(batch.input_ids, seq_ids=batch.seq_ids, attention_mask=batch.attention_mask,
                              quant=quant, forced_experts=forced)
@@ -113,14 +115,14 @@ class PolicyTrainer:
         if batch.routing is None or not router_logits:
             return None
         b_idx, t_idx = batch.attention_mask.nonzero(as_tuple=True)  # the model's flat token order
-        agree, total = 0.0, 0
+        agree, total = 0, 0  # agree: a device tensor after the first layer, read back once
         for logits, rollout in zip(router_logits, batch.routing):
             k = rollout.shape[-1]
             mine = torch.topk(torch.softmax(logits.float(), dim=-1), k, dim=-1).indices  # [N, k]
             theirs = rollout[b_idx, t_idx]  # [N, k]
-            agree += float((mine.unsqueeze(-1) == theirs.unsqueeze(-2)).any(-1).sum())
+            agree = agree + (mine.unsqueeze(-1) == theirs.unsqueeze(-2)).any(-1).sum()
             total += mine.numel()
-        return agree / total if total else None
+        return float(agree) / total if total else None
 
     # ------------------------------------------------------------------ steps
     def grpo_step(self, batch: TrainBatch, group_size: int, temperature: float, quant_mode: str,

@@ -162,11 +162,14 @@ class GuidedQuantizer(_Audit):
         super().__init__(guidance, stats, audit)
         self.kernel = kernel
 
-    def _guided(self, x: Tensor, g: nvfp4.Guidance) -> Tensor:
+    def _guided(self, x: Tensor, g: nvfp4.Guidance) -> tuple[Tensor, Tensor | None]:
+        """(guided fake quantization of x, its packed codes when the reference produced them)."""
         if self.kernel and x.is_cuda:
             from trace_kernels import ops
-            return ops.guided_fake_quantize(x, g)
-        return nvfp4.guided_fake_quantize(x, g)
+            return ops.guided_fake_quantize(x, g), None
+        # = nvfp4.guided_fake_quantize, keeping the codes so the audit need not round again
+        q = nvfp4.guided_quantize(x.detach(), g)
+        return nvfp4.straight_through(x, nvfp4.dequantize(q, dtype=x.dtype)), q.codes
 
     def weight(self, layer: int, name: str, w: Tensor) -> Tensor:
         return fake_quantize_experts(w)
@@ -181,7 +184,7 @@ class GuidedQuantizer(_Audit):
             return nvfp4.fake_quantize(x, scale="row")
         g, valid = looked_up
         compact = to_compact(g)
-        guided = self._guided(x, compact)
+        guided, guided_codes = self._guided(x, compact)
         n_valid = int(valid.sum())
         s.guided_elements += n_valid * row_elems
         s.fallback_elements += (valid.numel() - n_valid) * row_elems
@@ -191,7 +194,9 @@ class GuidedQuantizer(_Audit):
         else:
             out = guided
         if self.audit:
-            self.compare(site, x, nvfp4.guided_quantize(x.detach(), compact).codes, g, valid)
+            if guided_codes is None:  # the kernel's codes are not returned: the reference's
+                guided_codes = nvfp4.guided_quantize(x.detach(), compact).codes
+            self.compare(site, x, guided_codes, g, valid)
         return out
 
 
@@ -200,7 +205,12 @@ class AuditedRoundToNearest(_Audit):
 
     def __init__(self, guidance=None, stats: QuantStats | None = None, audit: bool = True):
         super().__init__(guidance, stats, audit)
-        self._rtn = RoundToNearest()
+        # the audit reuses the codes the rounding just produced instead of quantizing x again
+        self._rtn = RoundToNearest(on_quantized=self._keep_codes)
+        self._codes: Tensor | None = None
+
+    def _keep_codes(self, layer: int, site: str, q: nvfp4.NVFP4Tensor, index: TokenIndex) -> None:
+        self._codes = q.codes
 
     def weight(self, layer: int, name: str, w: Tensor) -> Tensor:
         return self._rtn.weight(layer, name, w)
@@ -208,8 +218,9 @@ class AuditedRoundToNearest(_Audit):
     def activation(self, layer: int, site: str, x: Tensor, index: TokenIndex,
                    experts: Tensor | None = None) -> Tensor:
         out = self._rtn.activation(layer, site, x, index, experts)
+        codes, self._codes = self._codes, None  # nvfp4.quantize(x.detach(), scale="row").codes
         looked_up = self.rollout_rows(layer, site, x, index, experts) if self.audit else None
         if looked_up is not None:
             g, valid = looked_up
-            self.compare(site, x, nvfp4.quantize(x.detach(), scale="row").codes, g, valid)
+            self.compare(site, x, codes, g, valid)
         return out
