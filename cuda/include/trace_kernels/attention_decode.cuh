@@ -212,6 +212,63 @@ __device__ __forceinline__ void load_tile(uint8_t* stage, const DecodeParams& p,
   }
 }
 
+// The tokens [pos_begin, pos_end) that split `split` of sequence b covers, in num_tiles tiles of TT.
+struct SplitRange {
+  int pos_begin;
+  int pos_end;
+  int num_tiles;
+};
+
+template <class Cfg>
+__device__ __forceinline__ SplitRange split_range(const DecodeParams& p, int b, int split) {
+  constexpr int TT = Cfg::TT;
+  const int length = min(p.lengths[b], p.max_pages * Cfg::P);  // never index past the block table
+  SplitRange r;
+  r.pos_begin = split * p.tiles_per_split * TT;
+  r.pos_end = min(length, r.pos_begin + p.tiles_per_split * TT);
+  r.num_tiles = r.pos_end > r.pos_begin ? (r.pos_end - r.pos_begin + TT - 1) / TT : 0;
+  return r;
+}
+
+// The split's cp.async pipeline of STAGES stages, loaded by LoadTile (load_tile<Cfg> or a variant's own).
+// Before the tile loop: tiles 0 .. STAGES - 2 in flight. One commit per stage even when nothing is
+// loaded, so that wait_group STAGES - 1 below always means "tile `tile` has landed".
+template <class Cfg, auto LoadTile>
+__device__ __forceinline__ void pipeline_prefetch(uint8_t* smem, const DecodeParams& p, int b, int kv_head,
+                                                  const SplitRange& r) {
+#pragma unroll
+  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+    if (s < r.num_tiles) LoadTile(smem + s * Cfg::kStageBytes, p, b, kv_head, r.pos_begin + s * Cfg::TT, r.pos_end);
+    detail::cp_async_commit();
+  }
+}
+
+// At the top of iteration `tile`: issue tile + STAGES - 1, wait for `tile`, return its stage.
+template <class Cfg, auto LoadTile>
+__device__ __forceinline__ const uint8_t* pipeline_next_stage(uint8_t* smem, const DecodeParams& p, int b,
+                                                              int kv_head, const SplitRange& r, int tile) {
+  const int next = tile + Cfg::STAGES - 1;
+  if (next < r.num_tiles)
+    LoadTile(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, r.pos_begin + next * Cfg::TT, r.pos_end);
+  detail::cp_async_commit();
+  detail::cp_async_wait<Cfg::STAGES - 1>();
+  __syncthreads();
+  return smem + (tile % Cfg::STAGES) * Cfg::kStageBytes;
+}
+
+// Element d of head row bh's result: straight to out (one split), or the split's partial o and its
+// log2-domain log-sum-exp m + log2(l) (-inf when the split saw nothing) for decode_attention_combine.
+template <int D>
+__device__ __forceinline__ void store_split_output(const DecodeParams& p, int64_t bh, int d, int split,
+                                                   int num_splits, float o, float m, float l) {
+  if (num_splits == 1) {
+    p.out[bh * D + d] = __float2bfloat16_rn(o);
+  } else {
+    p.o_part[(bh * num_splits + split) * D + d] = o;
+    if (d == 0) p.lse_part[bh * num_splits + split] = l > 0.f ? m + log2f(l) : -CUDART_INF_F;
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
   constexpr int G = Cfg::G, D = Cfg::D, L = Cfg::L, TT = Cfg::TT;
@@ -228,10 +285,8 @@ __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
   const int lane = threadIdx.x % L;        // d chunk: elements 8 lane .. 8 lane + 7
   const int token_group = threadIdx.x / L;
 
-  const int length = min(p.lengths[b], p.max_pages * Cfg::P);  // never index past the block table
-  const int pos_begin = split * p.tiles_per_split * TT;
-  const int pos_end = min(length, pos_begin + p.tiles_per_split * TT);
-  const int num_tiles = pos_end > pos_begin ? (pos_end - pos_begin + TT - 1) / TT : 0;
+  const SplitRange range = split_range<Cfg>(p, b, split);
+  const int pos_begin = range.pos_begin, pos_end = range.pos_end, num_tiles = range.num_tiles;
 
   // q rows of this CTA's heads, this lane's 8 elements, pre-scaled by softmax_scale * log2(e).
   float qf[G][8];
@@ -252,22 +307,10 @@ __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
     run_sum[threadIdx.x] = 0.f;
   }
 
-#pragma unroll
-  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-    if (s < num_tiles) load_tile<Cfg>(smem + s * Cfg::kStageBytes, p, b, kv_head, pos_begin + s * TT, pos_end);
-    detail::cp_async_commit();
-  }
+  pipeline_prefetch<Cfg, load_tile<Cfg>>(smem, p, b, kv_head, range);
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    {
-      const int next = tile + Cfg::STAGES - 1;
-      if (next < num_tiles)
-        load_tile<Cfg>(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, pos_begin + next * TT, pos_end);
-      detail::cp_async_commit();
-    }
-    detail::cp_async_wait<Cfg::STAGES - 1>();
-    __syncthreads();
-    const uint8_t* stage = smem + (tile % Cfg::STAGES) * Cfg::kStageBytes;
+    const uint8_t* stage = pipeline_next_stage<Cfg, load_tile<Cfg>>(smem, p, b, kv_head, range, tile);
     const int pos0 = pos_begin + tile * TT;
 
     // (1) scores of this tile's tokens for the G heads, log2 domain.
@@ -398,12 +441,7 @@ __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
     const float l = run_sum[g];
     o = l > 0.f ? o / l : 0.f;
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + g;
-    if (num_splits == 1) {
-      p.out[bh * D + d] = __float2bfloat16_rn(o);
-    } else {
-      p.o_part[(bh * num_splits + split) * D + d] = o;
-      if (d == 0) p.lse_part[bh * num_splits + split] = l > 0.f ? run_max[g] + log2f(l) : -CUDART_INF_F;
-    }
+    store_split_output<D>(p, bh, d, split, num_splits, o, run_max[g], l);
   }
 }
 

@@ -122,10 +122,8 @@ __device__ __forceinline__ void decode_attention_mma(const DecodeParams& p) {
   const int gid = lane / 4;  // MMA group id: row (head) gid and gid + 8; B column
   const int tig = lane % 4;  // thread in group
 
-  const int length = min(p.lengths[b], p.max_pages * Cfg::P);
-  const int pos_begin = split * p.tiles_per_split * TT;
-  const int pos_end = min(length, pos_begin + p.tiles_per_split * TT);
-  const int num_tiles = pos_end > pos_begin ? (pos_end - pos_begin + TT - 1) / TT : 0;
+  const SplitRange range = split_range<Cfg>(p, b, split);
+  const int pos_begin = range.pos_begin, pos_end = range.pos_end, num_tiles = range.num_tiles;
 
   // Q as MMA A fragments, scaled per head by a power of two c into FP16 range. Rows: heads gid and
   // gid + 8 (zero beyond G). Thread tig owns elements [tig * D/4, (tig + 1) * D/4) of D; k-step
@@ -181,22 +179,10 @@ __device__ __forceinline__ void decode_attention_mma(const DecodeParams& p) {
   float run_M[2] = {-CUDART_INF_F, -CUDART_INF_F};  // max of score + log2(s_v)
   float run_l[2] = {0.f, 0.f};                      // this thread's part of sum 2^(score - m)
 
-#pragma unroll
-  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-    if (s < num_tiles) load_tile<Cfg>(smem + s * Cfg::kStageBytes, p, b, kv_head, pos_begin + s * TT, pos_end);
-    detail::cp_async_commit();
-  }
+  pipeline_prefetch<Cfg, load_tile<Cfg>>(smem, p, b, kv_head, range);
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    {
-      const int next = tile + Cfg::STAGES - 1;
-      if (next < num_tiles)
-        load_tile<Cfg>(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, pos_begin + next * TT, pos_end);
-      detail::cp_async_commit();
-    }
-    detail::cp_async_wait<Cfg::STAGES - 1>();
-    __syncthreads();
-    const uint8_t* stage = smem + (tile % Cfg::STAGES) * Cfg::kStageBytes;
+    const uint8_t* stage = pipeline_next_stage<Cfg, load_tile<Cfg>>(smem, p, b, kv_head, range, tile);
     const float* k_scale = reinterpret_cast<const float*>(stage + Cfg::kOffKs);
     const float* v_scale = reinterpret_cast<const float*>(stage + Cfg::kOffVs);
     const int chunk = warp * 16;  // this warp's 16 tokens of the tile
@@ -361,12 +347,7 @@ __device__ __forceinline__ void decode_attention_mma(const DecodeParams& p) {
     }
     o = l > 0.f ? o * exp2f(M - m) / l : 0.f;
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
-    if (num_splits == 1) {
-      p.out[bh * D + d] = __float2bfloat16_rn(o);
-    } else {
-      p.o_part[(bh * num_splits + split) * D + d] = o;
-      if (d == 0) p.lse_part[bh * num_splits + split] = l > 0.f ? m + log2f(l) : -CUDART_INF_F;
-    }
+    store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
   }
 }
 
@@ -443,10 +424,8 @@ __device__ __forceinline__ void decode_attention_mma_bf16(const DecodeParams& p)
   const int gid = lane / 4;
   const int tig = lane % 4;
 
-  const int length = min(p.lengths[b], p.max_pages * Cfg::P);
-  const int pos_begin = split * p.tiles_per_split * TT;
-  const int pos_end = min(length, pos_begin + p.tiles_per_split * TT);
-  const int num_tiles = pos_end > pos_begin ? (pos_end - pos_begin + TT - 1) / TT : 0;
+  const SplitRange range = split_range<Cfg>(p, b, split);
+  const int pos_begin = range.pos_begin, pos_end = range.pos_end, num_tiles = range.num_tiles;
 
   // Q A fragments: thread tig owns elements [tig D/4, (tig + 1) D/4); k-step s = 2 i + h takes
   // elements {8i + 4h, +1} (k = 2t, 2t+1) and {8i + 4h + 2, +3} (k = 2t+8, 2t+9): bf16 pairs as stored.
@@ -471,22 +450,10 @@ __device__ __forceinline__ void decode_attention_mma_bf16(const DecodeParams& p)
   float run_m[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_l[2] = {0.f, 0.f};
 
-#pragma unroll
-  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-    if (s < num_tiles) load_tile<Cfg>(smem + s * Cfg::kStageBytes, p, b, kv_head, pos_begin + s * TT, pos_end);
-    detail::cp_async_commit();
-  }
+  pipeline_prefetch<Cfg, load_tile<Cfg>>(smem, p, b, kv_head, range);
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    {
-      const int next = tile + Cfg::STAGES - 1;
-      if (next < num_tiles)
-        load_tile<Cfg>(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, pos_begin + next * TT, pos_end);
-      detail::cp_async_commit();
-    }
-    detail::cp_async_wait<Cfg::STAGES - 1>();
-    __syncthreads();
-    const uint8_t* stage = smem + (tile % Cfg::STAGES) * Cfg::kStageBytes;
+    const uint8_t* stage = pipeline_next_stage<Cfg, load_tile<Cfg>>(smem, p, b, kv_head, range, tile);
     const int chunk = warp * 16;
 
     float sc[2][4];
@@ -589,12 +556,7 @@ __device__ __forceinline__ void decode_attention_mma_bf16(const DecodeParams& p)
     }
     o = l > 0.f ? o / l : 0.f;
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
-    if (num_splits == 1) {
-      p.out[bh * D + d] = __float2bfloat16_rn(o);
-    } else {
-      p.o_part[(bh * num_splits + split) * D + d] = o;
-      if (d == 0) p.lse_part[bh * num_splits + split] = l > 0.f ? m + log2f(l) : -CUDART_INF_F;
-    }
+    store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
   }
 }
 

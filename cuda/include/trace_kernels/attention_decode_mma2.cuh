@@ -164,10 +164,8 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
   const int gid = lane / 4;  // QK: token row / B column (head gid); PV: d rows
   const int tig = lane % 4;  // QK: D quarter; C columns = heads 2 tig, 2 tig + 1
 
-  const int length = min(p.lengths[b], p.max_pages * Cfg::P);
-  const int pos_begin = split * p.tiles_per_split * TT;
-  const int pos_end = min(length, pos_begin + p.tiles_per_split * TT);
-  const int num_tiles = pos_end > pos_begin ? (pos_end - pos_begin + TT - 1) / TT : 0;
+  const SplitRange range = split_range<Cfg>(p, b, split);
+  const int pos_begin = range.pos_begin, pos_end = range.pos_end, num_tiles = range.num_tiles;
 
   // Q of head gid as QK B fragments, scaled by a power of two c into FP16 range. Thread tig owns
   // elements [tig D/4, (tig + 1) D/4); k-step s = 2 i + h: b0 = elements {8i + 4h, +2}, b1 = {+1, +3}
@@ -220,14 +218,10 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
   float run_M[2] = {-FLT_MAX, -FLT_MAX};  // max of score + log2(s_v)
   float run_l[2] = {0.f, 0.f};            // this thread's part of sum 2^(score - m)
 
-#pragma unroll
-  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-    if (s < num_tiles) load_tile_mma2<Cfg>(smem + s * Cfg::kStageBytes, p, b, kv_head, pos_begin + s * TT, pos_end);
-    detail::cp_async_commit();
-  }
+  pipeline_prefetch<Cfg, load_tile_mma2<Cfg>>(smem, p, b, kv_head, range);
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    {
+    {  // pipeline_next_stage's steps, written out: the call changes this kernel's SASS at D = 64
       const int next = tile + Cfg::STAGES - 1;
       if (next < num_tiles)
         load_tile_mma2<Cfg>(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, pos_begin + next * TT,
@@ -436,12 +430,7 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
     }
     o = l > 0.f ? 64.f * o * exp2f(M - m) / l : 0.f;  // 64: the V operands are value / 64
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
-    if (num_splits == 1) {
-      p.out[bh * D + d] = __float2bfloat16_rn(o);
-    } else {
-      p.o_part[(bh * num_splits + split) * D + d] = o;
-      if (d == 0) p.lse_part[bh * num_splits + split] = l > 0.f ? m + log2f(l) : -CUDART_INF_F;
-    }
+    store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
   }
 }
 

@@ -34,6 +34,30 @@ struct GuidedConfig {
   static_assert(CTA % 32 == 0, "whole warps");
 };
 
+// Non-finite input in half block g: its row and first column go to the status word.
+template <class Cfg>
+__device__ __forceinline__ void report_nonfinite_half_block(uint32_t* __restrict__ status, int64_t g,
+                                                            const float (&f)[8]) {
+  const int64_t row = g / Cfg::kHalfBlocksPerRow;
+  report_nonfinite(status, kStatusGuidedFakeQuantize, static_cast<uint64_t>(row),
+                   static_cast<uint32_t>(g % Cfg::kHalfBlocksPerRow) * 8, f);
+}
+
+// The audit counters: warp sums, then one 64-bit atomic per warp and nonzero counter.
+__device__ __forceinline__ void flush_counters(unsigned long long* __restrict__ counters, uint32_t n_elems,
+                                               uint32_t n_changed, uint32_t n_guided_eq, uint32_t n_nearest_eq) {
+  n_elems = __reduce_add_sync(0xffffffffu, n_elems);
+  n_changed = __reduce_add_sync(0xffffffffu, n_changed);
+  n_guided_eq = __reduce_add_sync(0xffffffffu, n_guided_eq);
+  n_nearest_eq = __reduce_add_sync(0xffffffffu, n_nearest_eq);
+  if (threadIdx.x % 32 == 0) {
+    if (n_elems) atomicAdd(counters + 0, static_cast<unsigned long long>(n_elems));
+    if (n_changed) atomicAdd(counters + 1, static_cast<unsigned long long>(n_changed));
+    if (n_guided_eq) atomicAdd(counters + 2, static_cast<unsigned long long>(n_guided_eq));
+    if (n_nearest_eq) atomicAdd(counters + 3, static_cast<unsigned long long>(n_nearest_eq));
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void guided_fake_quantize_rows(
     const typename Cfg::T* __restrict__ x,     // [rows, D]
@@ -79,9 +103,7 @@ __device__ __forceinline__ void guided_fake_quantize_rows(
 #pragma unroll
     for (int j = 1; j < 8; ++j) amax = nvfp4::fmax_nan(amax, fabsf(f[j]));
     if (!nvfp4::is_finite(amax)) {
-      const int64_t row = g / Cfg::kHalfBlocksPerRow;
-      report_nonfinite(status, kStatusGuidedFakeQuantize, static_cast<uint64_t>(row),
-                       static_cast<uint32_t>(g % Cfg::kHalfBlocksPerRow) * 8, f);
+      report_nonfinite_half_block<Cfg>(status, g, f);
       continue;  // leave these 8 outputs unwritten; the status flag says why
     }
     n_elems += 8;
@@ -139,18 +161,7 @@ __device__ __forceinline__ void guided_fake_quantize_rows(
     store8<T>(out + g * 8, y8);
   }
 
-  if (counters != nullptr) {  // warp sums, then one 64-bit atomic per warp and counter
-    n_elems = __reduce_add_sync(0xffffffffu, n_elems);
-    n_changed = __reduce_add_sync(0xffffffffu, n_changed);
-    n_guided_eq = __reduce_add_sync(0xffffffffu, n_guided_eq);
-    n_nearest_eq = __reduce_add_sync(0xffffffffu, n_nearest_eq);
-    if (threadIdx.x % 32 == 0) {
-      if (n_elems) atomicAdd(counters + 0, static_cast<unsigned long long>(n_elems));
-      if (n_changed) atomicAdd(counters + 1, static_cast<unsigned long long>(n_changed));
-      if (n_guided_eq) atomicAdd(counters + 2, static_cast<unsigned long long>(n_guided_eq));
-      if (n_nearest_eq) atomicAdd(counters + 3, static_cast<unsigned long long>(n_nearest_eq));
-    }
-  }
+  if (counters != nullptr) flush_counters(counters, n_elems, n_changed, n_guided_eq, n_nearest_eq);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -254,9 +265,7 @@ __device__ __forceinline__ void guided_fake_quantize_rows_v2(
       min_nonzero2 = min(min_nonzero2, (__float_as_uint(f[j]) << 1) - 2u);
     }
     if (!nvfp4::is_finite(amax)) {
-      const int64_t row = g / Cfg::kHalfBlocksPerRow;
-      report_nonfinite(status, kStatusGuidedFakeQuantize, static_cast<uint64_t>(row),
-                       static_cast<uint32_t>(g % Cfg::kHalfBlocksPerRow) * 8, f);
+      report_nonfinite_half_block<Cfg>(status, g, f);
       continue;  // leave these 8 outputs unwritten; the status flag says why
     }
     n_elems += 8;
@@ -302,18 +311,7 @@ __device__ __forceinline__ void guided_fake_quantize_rows_v2(
     store8<T>(out + g * 8, y8);
   }
 
-  if (count) {  // warp sums, then one 64-bit atomic per warp and counter
-    n_elems = __reduce_add_sync(0xffffffffu, n_elems);
-    n_changed = __reduce_add_sync(0xffffffffu, n_changed);
-    n_guided_eq = __reduce_add_sync(0xffffffffu, n_guided_eq);
-    n_nearest_eq = __reduce_add_sync(0xffffffffu, n_nearest_eq);
-    if (threadIdx.x % 32 == 0) {
-      if (n_elems) atomicAdd(counters + 0, static_cast<unsigned long long>(n_elems));
-      if (n_changed) atomicAdd(counters + 1, static_cast<unsigned long long>(n_changed));
-      if (n_guided_eq) atomicAdd(counters + 2, static_cast<unsigned long long>(n_guided_eq));
-      if (n_nearest_eq) atomicAdd(counters + 3, static_cast<unsigned long long>(n_nearest_eq));
-    }
-  }
+  if (count) flush_counters(counters, n_elems, n_changed, n_guided_eq, n_nearest_eq);
 }
 
 template <class Cfg>

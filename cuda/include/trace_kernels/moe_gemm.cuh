@@ -100,6 +100,36 @@ struct MoESmem {
   static constexpr int bytes(int num_experts) { return kTileStart + (num_experts + 1) * 4 + 16 + 1024; }
 };
 
+// tile_start[e] = the first token tile of expert e (exclusive scan of ceil(rows_e / TN) over the E
+// experts), tile_start[E] = the number of tiles. Called by warp 0 (tid < 32) only.
+template <int E, int TN>
+__device__ __forceinline__ void scan_expert_tiles(const int32_t* offsets, int32_t* tile_start, int tid) {
+  constexpr int kPer = (E + 31) / 32;
+  int local[kPer];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    int tiles = 0;
+    if (e < E) tiles = (offsets[e + 1] - offsets[e] + TN - 1) / TN;
+    local[i] = sum;
+    sum += tiles;
+  }
+  int incl = sum;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (tid >= d) incl += v;
+  }
+  const int base = incl - sum;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    if (e < E) tile_start[e] = base + local[i];
+  }
+  if (tid == 31) tile_start[E] = incl;
+}
+
 // PROXY_FENCE: fence.proxy.async after each stage lands, ordering the cp.async (generic proxy) writes
 // of the activation tile before wgmma's (async proxy) reads, as the PTX memory model asks. It
 // compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S; whether that MEMBAR also waits for the ring's
@@ -150,32 +180,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   }
 
   // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
-  if (tid < 32) {
-    constexpr int kPer = (E + 31) / 32;
-    int local[kPer];
-    int sum = 0;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      int e = tid * kPer + i;
-      int tiles = 0;
-      if (e < E) tiles = (p.offsets[e + 1] - p.offsets[e] + TN - 1) / TN;
-      local[i] = sum;
-      sum += tiles;
-    }
-    int incl = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      int v = __shfl_up_sync(0xffffffffu, incl, d);
-      if (tid >= d) incl += v;
-    }
-    int base = incl - sum;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      int e = tid * kPer + i;
-      if (e < E) tile_start[e] = base + local[i];
-    }
-    if (tid == 31) tile_start[E] = incl;
-  }
+  if (tid < 32) scan_expert_tiles<E, TN>(p.offsets, tile_start, tid);
   __syncthreads();
   if (y_tile >= tile_start[E]) return;  // the grid is an upper bound (ceil(M/TN) + E)
   for (int e = tid; e < E; e += kThreads)

@@ -194,32 +194,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       lut[256 + i] = *reinterpret_cast<uint32_t*>(&sv);
     }
   }
-  if (tid < 32) {
-    constexpr int kPer = (E + 31) / 32;
-    int local[kPer];
-    int sum = 0;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = tid * kPer + i;
-      int tiles = 0;
-      if (e < E) tiles = (p.offsets[e + 1] - p.offsets[e] + TN - 1) / TN;
-      local[i] = sum;
-      sum += tiles;
-    }
-    int incl = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, d);
-      if (tid >= d) incl += v;
-    }
-    const int base = incl - sum;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = tid * kPer + i;
-      if (e < E) tile_start[e] = base + local[i];
-    }
-    if (tid == 31) tile_start[E] = incl;
-  }
+  if (tid < 32) scan_expert_tiles<E, TN>(p.offsets, tile_start, tid);
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ws::mbar_init(&full_bar[s], 32 + 1);          // 32 producer lanes + lane 0's expect_tx

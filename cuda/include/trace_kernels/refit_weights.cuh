@@ -54,6 +54,22 @@ __device__ __forceinline__ void load_tile(const typename Cfg::T* __restrict__ w,
   }
 }
 
+// amax over the warp (NaN wins), in every lane.
+__device__ __forceinline__ float warp_amax_nan(float amax) {
+#pragma unroll
+  for (int offset = 16; offset >= 1; offset /= 2)
+    amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  return amax;
+}
+
+// amax over the CTA's per-warp amaxes in shared memory (NaN wins).
+template <class Cfg>
+__device__ __forceinline__ float cta_amax_of_warps(const float* warp_amax) {
+  float cta_amax = warp_amax[0];
+  for (int i = 1; i < Cfg::CTA / 32; ++i) cta_amax = nvfp4::fmax_nan(cta_amax, warp_amax[i]);
+  return cta_amax;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void refit_weights(const typename Cfg::T* __restrict__ w,  // [E, N, K]
                                               uint8_t* __restrict__ codes,            // [E, N, K/2]
@@ -88,14 +104,11 @@ __device__ __forceinline__ void refit_weights(const typename Cfg::T* __restrict_
       for (int k = 0; k < Cfg::kSlots; ++k) amax = nvfp4::fmax_nan(amax, v[k].abs_max());
       last_tile = t;
     }
-#pragma unroll
-    for (int offset = 16; offset >= 1; offset /= 2)
-      amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    amax = warp_amax_nan(amax);
     if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
     __syncthreads();
     if (threadIdx.x == 0) {
-      float cta_amax = warp_amax[0];
-      for (int i = 1; i < Cfg::CTA / 32; ++i) cta_amax = nvfp4::fmax_nan(cta_amax, warp_amax[i]);
+      const float cta_amax = cta_amax_of_warps<Cfg>(warp_amax);
       // |w| as bits orders like the float, and NaN (> 0x7f800000) wins the max: detection for free.
       cuda::atomic_ref<uint32_t, cuda::thread_scope_device> amax_bits(workspace[2 * e]);
       cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(workspace[2 * e + 1]);
@@ -157,14 +170,11 @@ __device__ __forceinline__ void refit_amax_v2(const typename Cfg::T* __restrict_
   float amax = 0.f;
 #pragma unroll
   for (int k = 0; k < Cfg::kSlots; ++k) amax = nvfp4::fmax_nan(amax, v[k].abs_max());
-#pragma unroll
-  for (int offset = 16; offset >= 1; offset /= 2)
-    amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  amax = warp_amax_nan(amax);
   if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float cta_amax = warp_amax[0];
-    for (int i = 1; i < Cfg::CTA / 32; ++i) cta_amax = nvfp4::fmax_nan(cta_amax, warp_amax[i]);
+    const float cta_amax = cta_amax_of_warps<Cfg>(warp_amax);
     atomicMax(workspace + 2 * e, __float_as_uint(cta_amax) & 0x7fffffffu);
   }
 }
@@ -275,9 +285,7 @@ __device__ __forceinline__ void refit_pipelined_v3(const typename Cfg::T* __rest
         float amax = 0.f;
 #pragma unroll
         for (int k = 0; k < Cfg::kSlots; ++k) amax = nvfp4::fmax_nan(amax, v[k].abs_max());
-#pragma unroll
-        for (int offset = 16; offset >= 1; offset /= 2)
-          amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+        amax = warp_amax_nan(amax);
         if (threadIdx.x % 32 == 0) atomicMax(workspace + 2 * e, __float_as_uint(amax) & 0x7fffffffu);
       }
       __syncthreads();  // this CTA's atomics for chunk c precede its arrival
