@@ -15,7 +15,8 @@ L2). Every row is reported against its BF16 baseline (memory kernels: the same-s
 MoE: torch._grouped_mm; attention: SDPA over a contiguous BF16 cache; rollout: the BF16 engine) and
 against the roofline (profiling/plots.py). Writes one JSON (GPU, date, commit, command, raw module
 results, unified report), PNG plots and a markdown table next to it; prints the table last.
---time-budget skips the remaining sections once spent (listed in the JSON's "skipped").
+--time-budget skips the remaining sections once spent (listed in the JSON's "skipped") and bounds the
+rollout section's arms; the JSON is rewritten after every section, so a run cut short keeps its results.
 """
 
 from __future__ import annotations
@@ -111,9 +112,17 @@ def run_attention(cfg: dict, bw: float, l2: int) -> dict:
     return {"decode": decode, "kv_append": append, "shape": {"hq": bat.HQ, "hkv": bat.HKV, "d": bat.D, "page": bat.P}}
 
 
-def run_rollout(cfg: dict) -> dict:
+def run_rollout(cfg: dict, seconds_left: float | None) -> dict:
+    """bench_rollout.main; with a time budget, its arms stop where the budget ends."""
     import bench_rollout as bro
-    return bro.main(list(cfg["rollout_argv"]))
+    argv = list(cfg["rollout_argv"])
+    if seconds_left is not None:
+        if "--time-budget" in argv:
+            i = argv.index("--time-budget")
+            argv[i + 1] = str(min(float(argv[i + 1]), seconds_left))
+        else:
+            argv += ["--time-budget", str(seconds_left)]
+    return bro.main(argv)
 
 
 def redraw(source: Path, plots_dir: Path) -> int:
@@ -153,9 +162,28 @@ def main(argv: list[str] | None = None) -> int:
           f"{roofline['graph_copy_bytes_per_s'] / 1e12:.2f}), BF16 matmul {roofline['bf16_tflops']:.0f} TFLOP/s",
           flush=True)
     bw = roofline["sm_copy_bytes_per_s"]
+    def seconds_left() -> float | None:
+        return max(1.0, args.time_budget - (time.perf_counter() - start)) if args.time_budget else None
+
     runners = {"memory": lambda: run_memory(cfg, props.L2_cache_size), "moe": lambda: run_moe(cfg, bw),
-               "attention": lambda: run_attention(cfg, bw, props.L2_cache_size), "rollout": lambda: run_rollout(cfg)}
+               "attention": lambda: run_attention(cfg, bw, props.L2_cache_size),
+               "rollout": lambda: run_rollout(cfg, seconds_left())}
     raw, seconds, skipped, errors = {}, {}, [], {}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> dict:  # after every section: a run cut short keeps what it measured
+        report = {"gpu": props.name, "sms": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
+                  "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
+                  "command": "python profiling/bench.py " + " ".join(argv), "quick": args.quick, "config": cfg,
+                  "roofline": roofline, "seconds": seconds, "skipped": skipped, "errors": errors,
+                  "total_s": time.perf_counter() - start, "raw": raw}
+        report.update(plots.unify(raw, roofline))
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(report, indent=1) + "\n")
+        tmp.replace(out)
+        return report
+
     for section in [s for s in args.sections.split(",") if s]:
         if args.time_budget and time.perf_counter() - start > args.time_budget:
             skipped.append(section)
@@ -169,16 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.empty_cache()
         seconds[section] = time.perf_counter() - t0
         print(f"== {section} done in {seconds[section]:.0f} s", flush=True)
-    report = {"gpu": props.name, "sms": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
-              "date": utc_now(),
-              "commit": git_commit(), "torch": torch.__version__,
-              "command": "python profiling/bench.py " + " ".join(argv), "quick": args.quick, "config": cfg,
-              "roofline": roofline, "seconds": seconds, "skipped": skipped, "errors": errors,
-              "total_s": time.perf_counter() - start, "raw": raw}
-    report.update(plots.unify(raw, roofline))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+        save()
+    report = save()
     plots_dir = Path(args.plots_dir) if args.plots_dir else out.parent
     files = plots.draw(report, plots_dir)
     lines = plots.table(report)

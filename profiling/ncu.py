@@ -42,6 +42,10 @@ METRICS = (
     ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput, % of peak"),
     ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (wgmma) utilisation"),
     ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (mma.sync) utilisation"),
+    # other spellings of the tensor-pipe activity across ncu versions; the unknown ones are dropped
+    ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe utilisation (all MMA kinds)"),
+    ("sm__inst_executed_pipe_tensor_op_gmma.sum", "wgmma instructions executed"),
+    ("sm__ops_path_tensor_src_bf16_dst_fp32.sum", "BF16->FP32 tensor math ops (2 per FMA)"),
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM throughput, % of peak"),
     ("launch__registers_per_thread", "registers per thread"),
     ("launch__shared_mem_per_block_dynamic", "dynamic shared memory per block"),

@@ -130,6 +130,13 @@ def _family_op(op: str) -> str:
     return op.split(" ")[0]
 
 
+def _label_measured(ax, xs) -> None:
+    """Log x axis ticks at the measured sizes only, as plain numbers (no overlapping minor labels)."""
+    ticks = sorted(set(xs))
+    ax.set_xticks(ticks, [f"{x:g}" for x in ticks], fontsize=7)
+    ax.minorticks_off()
+
+
 def draw(report: dict, out_dir: Path) -> list[Path]:
     """PNG plots of a unified report; returns the files written (families without data are skipped)."""
     import matplotlib
@@ -166,6 +173,7 @@ def draw(report: dict, out_dir: Path) -> list[Path]:
                 ax.plot(*zip(*copy), ls=":", color="gray", label="torch copy_ (same size)")
             ax.axhline(roof_tb, ls="--", color="k", label=f"SM copy roofline {roof_tb:.2f}")
             ax.set(xscale="log", xlabel="input MB", ylabel="TB/s", title=op, ylim=(0, roof_tb * 1.1))
+            _label_measured(ax, [r["input_mb"] for r in rows])
             ax.legend(fontsize=7)
         for ax in list(axes.flat)[len(ops):]:
             ax.axis("off")
@@ -182,6 +190,7 @@ def draw(report: dict, out_dir: Path) -> list[Path]:
         ax.axhline(1, color="k", lw=0.8)
         ax.set(xscale="log", xlabel="tokens", ylabel="speedup vs BF16 torch._grouped_mm",
                title=f"NVFP4 MoE layer (gate_up + down) ({gpu})")
+        _label_measured(ax, [r["tokens"] for r in report["moe"]])
         ax.legend(fontsize=7)
         save(fig, "moe_speedup.png")
 
@@ -194,6 +203,7 @@ def draw(report: dict, out_dir: Path) -> list[Path]:
         ax.axhline(1, color="k", lw=0.8)
         ax.set(xscale="log", xlabel="context (tokens)", ylabel="speedup vs SDPA (contiguous BF16)",
                title=f"paged decode attention ({gpu})")
+        _label_measured(ax, [r["length"] for r in decode])
         ax.legend(fontsize=7)
         save(fig, "attention_speedup.png")
 

@@ -54,7 +54,7 @@ def test_from_json_redraws_plots_and_table(tmp_path, capsys):
     for name in ("memory_roofline.png", "moe_speedup.png", "attention_speedup.png"):
         data = (tmp_path / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
-    assert not (tmp_path / "rollout_tokens_per_s.png").exists()  # no committed rollout JSON yet
+    assert (tmp_path / "rollout_tokens_per_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # rollout_h200_quick.json
     table = (tmp_path / "table.md").read_text().splitlines()
     assert table[0].startswith("| benchmark |") and capsys.readouterr().out.count("| MoE layer") == 28
     row = [ln for ln in table if ln.startswith("| MoE layer qwen3-30b-a3b [ws] | 64 tokens")][0]
@@ -94,19 +94,28 @@ def test_live_run_orchestration_with_stubbed_sections(tmp_path, monkeypatch, cap
         "sm_copy_bytes_per_s": 4.2e12, "graph_copy_bytes_per_s": 2.75e12, "bf16_tflops": 770.0})
     monkeypatch.setattr(bench, "run_memory", lambda cfg, l2: calls.append("memory") or raw["memory"])
     monkeypatch.setattr(bench, "run_moe", lambda cfg, bw: calls.append(("moe", bw)) or raw["moe"])
-    monkeypatch.setattr(bench, "run_attention", lambda cfg, bw, l2: calls.append("attention") or raw["attention"])
+    out = tmp_path / "b.json"
 
-    def broken(cfg):
+    def attention(cfg, bw, l2):  # the JSON already holds the earlier sections (a killed run keeps them)
+        assert set(json.loads(out.read_text())["raw"]) == {"memory", "moe"}
+        calls.append("attention")
+        return raw["attention"]
+    monkeypatch.setattr(bench, "run_attention", attention)
+
+    def broken(cfg, seconds_left):
+        calls.append(("rollout", seconds_left))
         raise RuntimeError("engine exploded")
     monkeypatch.setattr(bench, "run_rollout", broken)
-    out = tmp_path / "b.json"
     assert bench.main(["--quick", "--out", str(out)]) == 1
-    assert calls == ["roofline", "memory", ("moe", 4.2e12), "attention"]
+    assert calls == ["roofline", "memory", ("moe", 4.2e12), "attention", ("rollout", None)]
     report = json.loads(out.read_text())
     assert report["errors"] == {"rollout": "RuntimeError: engine exploded"} and report["quick"]
     assert report["command"] == f"python profiling/bench.py --quick --out {out}" and report["commit"]
     assert {"memory", "moe", "attention"} <= set(report) and (tmp_path / "moe_speedup.png").exists()
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("| attention kv_append bf16")
+    calls.clear()
+    assert bench.main(["--quick", "--time-budget", "1e6", "--sections", "rollout", "--out", str(out)]) == 1
+    assert calls[1][0] == "rollout" and 0 < calls[1][1] <= 1e6  # the budget left bounds the rollout arms
     calls.clear()
     assert bench.main(["--quick", "--time-budget", "1e-9", "--out", str(out)]) == 0
     assert calls == ["roofline"] and json.loads(out.read_text())["skipped"] == ["memory", "moe", "attention", "rollout"]

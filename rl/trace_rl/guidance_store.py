@@ -60,6 +60,16 @@ def _make_guidance(mode: str, scale: Tensor, block_scales: Tensor, payload: Tens
     return nvfp4.Guidance(scale=scale, block_scales=block_scales, codes=payload)
 
 
+def row_order(seq_ids: Tensor, positions: Tensor) -> Tensor:
+    """Indices that sort rows by (seq_id, position), keeping the last recorded row of a repeated key."""
+    keys = _keys(seq_ids, positions)
+    order = torch.sort(keys, stable=True).indices
+    sk = keys[order]
+    last = torch.ones_like(sk, dtype=torch.bool)
+    last[:-1] = sk[1:] != sk[:-1]
+    return order[last]
+
+
 @dataclass
 class GuidanceTable:
     seq_ids: Tensor  # int64 [R]
@@ -72,12 +82,7 @@ class GuidanceTable:
     @classmethod
     def from_rows(cls, seq_ids, positions, scale, block_scales, payload, experts=None):
         """Sort rows by (seq_id, position); where a key repeats, the last recorded row wins."""
-        keys = _keys(seq_ids, positions)
-        order = torch.sort(keys, stable=True).indices
-        sk = keys[order]
-        last = torch.ones_like(sk, dtype=torch.bool)
-        last[:-1] = sk[1:] != sk[:-1]
-        order = order[last]
+        order = row_order(seq_ids, positions)
         pick = lambda t: None if t is None else t[order]
         return cls(seq_ids[order], positions[order], scale[order], block_scales[order],
                    payload[order], pick(experts))

@@ -7,7 +7,10 @@
     RUN_DIR/sft/               the supervised warm start (Hugging Face layout), when sft.steps > 0
     RUN_DIR/sft_metrics.jsonl  SFT loss
     RUN_DIR/metrics.jsonl      one record per RL step (trace_rl.metrics.REQUIRED_KEYS and more)
-    RUN_DIR/guidance/          the current step's guidance file (trace_rl.guidance_store)
+    RUN_DIR/guidance/          the current step's guidance file (trace_rl.guidance_store); with
+                               run.guidance_io = "overlap" it is written by a background thread
+                               while the trainer uses the same batch from memory, and the step
+                               waits for it before its record is written
     RUN_DIR/checkpoints/       trace_rl.train_state checkpoints
 
 Every random choice of step s derives from (seed, s): its problems, and the engine's sampling seed.
@@ -24,6 +27,7 @@ import os
 import random
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -224,10 +228,11 @@ def train(cfg: RunConfig, run_dir, *, progress: bool = True, stop_after_step: in
                               stop_token_ids=(tok.eos_id,))
     guidance_dir = run_dir / "guidance"
     bar = Progress(cfg.run.steps, start - 1, f"train[{cfg.trainer.quant}]", progress)
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="guidance-writer")
     try:
         for step in range(start, cfg.run.steps + 1):
             record = rl_step(cfg, step, task, tok, engine, sampling, trainer, guidance_dir, ref_model,
-                             device)
+                             device, writer)
             log.append(record)
             bar.update(reward=record["reward_mean"], kl=record["k3_kl"])
             if stop_after_step is not None and step == stop_after_step:
@@ -237,6 +242,7 @@ def train(cfg: RunConfig, run_dir, *, progress: bool = True, stop_after_step: in
                                             {"reward_mean": record["reward_mean"]},
                                             keep=cfg.run.keep_checkpoints)
     finally:
+        writer.shutdown(wait=True)
         bar.close()
     return run_dir
 
@@ -252,9 +258,21 @@ def _compact_bits_per_element(guidance) -> float:
     return 8.0 * nbytes / elements if elements else 0.0
 
 
+def _store_guidance(path: Path, batch) -> tuple[dict, float]:
+    """Write this step's guidance file, drop the previous steps' files; (write stats, seconds)."""
+    t0 = time.perf_counter()
+    stats = write_guidance(path, batch)
+    for old in path.parent.glob("step_*.safetensors"):  # keep only the current batch's file
+        if old != path:
+            old.unlink(missing_ok=True)
+    return stats, time.perf_counter() - t0
+
+
 def rl_step(cfg: RunConfig, step: int, task, tok, engine: RolloutEngine, sampling: SamplingParams,
-            trainer: PolicyTrainer, guidance_dir: Path, ref_model, device) -> dict:
-    """One RL step; returns its metrics record."""
+            trainer: PolicyTrainer, guidance_dir: Path, ref_model, device,
+            writer: ThreadPoolExecutor | None = None) -> dict:
+    """One RL step; returns its metrics record. writer: the thread that stores guidance files in
+    run.guidance_io = "overlap" mode (without one, the file is written in line)."""
     r = cfg.rollout
     problems = task.problems(r.prompts_per_step, derive_seed(cfg.seed, "problems", step))
     prompts = [tok.encode(p.prompt, add_bos=True) for p in problems]
@@ -263,15 +281,19 @@ def rl_step(cfg: RunConfig, step: int, task, tok, engine: RolloutEngine, samplin
                               seed=derive_seed(cfg.seed, "sampling", step))
     t_rollout = time.perf_counter() - t0
 
-    guidance, gstats = None, {}
+    guidance, gstats, t_write, pending = None, {}, 0.0, None
     t0 = time.perf_counter()
     if rollout.guidance is not None:
         path = guidance_dir / f"step_{step:08d}.safetensors"
-        gstats = write_guidance(path, rollout.guidance)
-        guidance = read_guidance(path, device=device)
-        for old in guidance_dir.glob("step_*.safetensors"):  # keep only the current batch's file
-            if old != path:
-                old.unlink(missing_ok=True)
+        if cfg.run.guidance_io == "roundtrip":
+            gstats, t_write = _store_guidance(path, rollout.guidance)
+            guidance = read_guidance(path, device=device)
+        else:  # the file is the record; the trainer needs none of its checks on its own memory
+            pending = (writer.submit(_store_guidance, path, rollout.guidance) if writer is not None
+                       else None)
+            if pending is None:
+                gstats, t_write = _store_guidance(path, rollout.guidance)
+            guidance = rollout.guidance.to(device)
     t_io = time.perf_counter() - t0
     compact_bits = _compact_bits_per_element(rollout.guidance) if rollout.guidance is not None else None
 
@@ -287,6 +309,10 @@ def rl_step(cfg: RunConfig, step: int, task, tok, engine: RolloutEngine, samplin
         torch.cuda.synchronize(device)
     t_train = time.perf_counter() - t0
     t_refit = engine.refit(trainer.model)
+    if pending is not None:  # join: a failed write fails this step; the host batch is not reused before
+        t0 = time.perf_counter()
+        gstats, t_write = pending.result()
+        t_io += time.perf_counter() - t0
 
     rw = torch.tensor(rewards)
     return {
@@ -318,6 +344,7 @@ def rl_step(cfg: RunConfig, step: int, task, tok, engine: RolloutEngine, samplin
         "ref_kl": m.get("ref_kl"),
         "seconds_rollout": t_rollout,
         "seconds_guidance_io": t_io,
+        "seconds_guidance_write": t_write,
         "seconds_train": t_train,
         "seconds_refit": t_refit,
     }

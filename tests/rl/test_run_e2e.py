@@ -1,4 +1,5 @@
 """A few RL steps end to end on CPU: metrics keys, trace vs qat code agreement, resume, compare."""
+import dataclasses
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trace_rl.cli import main
+from trace_rl.guidance_store import read_guidance
 from trace_rl.metrics import REQUIRED_KEYS, read_metrics
 from trace_rl.run import train
 from trace_rl.trainer import load_config
@@ -114,6 +116,24 @@ def test_resume_after_a_crash_loses_and_duplicates_no_step(tmp_path):
     longer = load_config(_write_config(tmp_path / "e.toml", "trace", steps=5, audit=False))
     train(longer, tmp_path / "run", progress=False)  # extending a finished run is allowed
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+
+
+def test_guidance_overlap_trains_like_the_file_roundtrip(runs, tmp_path):
+    """run.guidance_io = "overlap" (the default: train from memory, write the file in the background)
+    and "roundtrip" (train from the file read back) give the same steps, and the stored file holds
+    the guidance the trainer used."""
+    cfg = load_config(_write_config(tmp_path / "r.toml", "trace"))
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, guidance_io="roundtrip"))
+    roundtrip = read_metrics(train(cfg, tmp_path / "roundtrip", progress=False) / "metrics.jsonl")
+    overlap = read_metrics(runs["trace"] / "metrics.jsonl")
+    timing = {k for k in overlap[0] if k.startswith("seconds_")}
+    assert [{k: v for k, v in r.items() if k not in timing} for r in overlap] == \
+        [{k: v for k, v in r.items() if k not in timing} for r in roundtrip]
+    assert all(r["seconds_guidance_write"] > 0 for r in overlap)
+    files = sorted((runs["trace"] / "guidance").glob("step_*.safetensors"))
+    assert [f.name for f in files] == [f"step_{len(overlap):08d}.safetensors"]  # only the last step's
+    last = read_guidance(files[0])
+    assert last.stats()["guidance_bytes"] == overlap[-1]["guidance_bytes"]
 
 
 def test_killed_process_resumes(tmp_path):

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from trace_rl.engine.kernel_layout import GuidanceLayout
-from trace_rl.guidance_store import GuidanceBatch, GuidanceTable
+from trace_rl.guidance_store import GuidanceBatch, GuidanceTable, row_order
 
 
 class AsyncGuidanceCapture:
@@ -68,10 +68,13 @@ class AsyncGuidanceCapture:
             ev.synchronize()
         tables = {}
         if self._chunks:
-            arena = torch.cat([c[0] for c in self._chunks])  # [R, bytes]
-            seq_ids = torch.cat([c[1] for c in self._chunks])
+            seq_ids = torch.cat([c[1] for c in self._chunks])  # [R]
             positions = torch.cat([c[2] for c in self._chunks])
+            # every table has the arena's rows: sort (and drop repeated keys) once, for all of them
+            order = row_order(seq_ids, positions)
+            arena = torch.cat([c[0] for c in self._chunks])[order]  # [R', bytes]
+            seq_ids, positions = seq_ids[order], positions[order]
             for (layer, site), f in self.layout.unpack(arena).items():
-                tables[(layer, site)] = GuidanceTable.from_rows(
-                    seq_ids, positions, f["scale"], f["block_scales"], f["payload"], f.get("experts"))
+                tables[(layer, site)] = GuidanceTable(seq_ids.clone(), positions.clone(), f["scale"],
+                                                      f["block_scales"], f["payload"], f.get("experts"))
         return GuidanceBatch(self.layout.mode, tables)

@@ -16,7 +16,7 @@ name the key as `section.key`.
     [trainer] quant, routing_replay, audit, loss, advantage, eps_low, eps_high, tis_cap, kl_coef,
               lr, weight_decay, beta1, beta2, grad_clip, minibatches, guided_rounding
     [sft]     steps, batch_size, lr, seed
-    [run]     steps, checkpoint_every, keep_checkpoints
+    [run]     steps, checkpoint_every, keep_checkpoints, guidance_io
 """
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+GUIDANCE_IO = ("overlap", "roundtrip")
 
 
 class ConfigError(ValueError):
@@ -88,6 +91,9 @@ class RunSection:
     steps: int = 20
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
+    # "overlap": the trainer takes the rollout's guidance from memory while a background thread
+    # writes the step's guidance file; "roundtrip": write it, then train from the file read back.
+    guidance_io: str = "overlap"
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check("run.steps", run.steps >= 1, ">= 1", run.steps)
     _check("run.checkpoint_every", run.checkpoint_every >= 1, ">= 1", run.checkpoint_every)
     _check("run.keep_checkpoints", run.keep_checkpoints >= 1, ">= 1", run.keep_checkpoints)
+    _check("run.guidance_io", run.guidance_io in GUIDANCE_IO, f"one of {GUIDANCE_IO}", run.guidance_io)
     return cfg
 
 
