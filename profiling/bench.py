@@ -9,10 +9,11 @@ int16, read + write bytes) on 1 GiB buffers, the roofline of every memory-bound 
 graph-captured copy_ of that size is a memcpy node that runs ~35% slower on the H200; it is recorded
 too), and the BF16 matmul rate = torch.matmul 8192^3 on fresh random data. Then the benchmark
 modules' own functions (bench_memory_kernels.bench_size, bench_moe_gemm.bench_shape,
-bench_attention.bench_paged/bench_sdpa/bench_append, bench_rollout.main): same methods as their own
+bench_attention.bench_paged/bench_sdpa/bench_append, bench_sampling.bench_case, bench_rollout.main): same methods as their own
 scripts (CUDA-graph replays or L2-flushed events, medians, rotating fresh random inputs larger than
 L2). Every row is reported against its BF16 baseline (memory kernels: the same-size torch copy_;
-MoE: torch._grouped_mm; attention: SDPA over a contiguous BF16 cache; rollout: the BF16 engine) and
+MoE: torch._grouped_mm; attention: SDPA over a contiguous BF16 cache; sampling: the torch sampler;
+rollout: the BF16 engine) and
 against the roofline (profiling/plots.py). Writes one JSON (GPU, date, commit, command, raw module
 results, unified report), PNG plots and a markdown table next to it; prints the table last.
 --time-budget skips the remaining sections once spent (listed in the JSON's "skipped") and bounds the
@@ -35,7 +36,7 @@ from trace_kernels.testing.provenance import git_commit, utc_now  # noqa: E402
 MB = 1 << 20
 QUICK = {"memory_sizes_mb": (16, 256), "moe_shapes": ("qwen3-30b-a3b",), "moe_tokens": (1, 64, 1024, 4096),
          "moe_variants": ("auto",), "moe_reps": 10, "attention_cases": ((8, 4096), (8, 16384), (8, 32768)),
-         "append_tokens": 65536,
+         "append_tokens": 65536, "sampling_batches": (512,),
          "rollout_argv": ["--quick", "--arms", "bf16:off:graphs,nvfp4:off:graphs,nvfp4:compact:graphs",
                           "--refit-iters", "1", "--time-budget", "100"]}
 FULL = {"memory_sizes_mb": (1, 4, 16, 64, 256, 1024), "moe_shapes": ("qwen3-30b-a3b", "qwen3-235b-a22b"),
@@ -43,7 +44,7 @@ FULL = {"memory_sizes_mb": (1, 4, 16, 64, 256, 1024), "moe_shapes": ("qwen3-30b-
         "moe_reps": 20,
         "attention_cases": ((8, 4096), (8, 8192), (8, 16384), (8, 32768), (8, 65536), (8, 131072), (4, 131072),
                             (32, 32768)),
-        "append_tokens": 262144, "rollout_argv": ["--prompt-lens", "1024,4096", "--output-len", "1024"]}
+        "append_tokens": 262144, "sampling_batches": (64, 256, 512), "rollout_argv": ["--prompt-lens", "1024,4096", "--output-len", "1024"]}
 
 
 def measure_roofline() -> dict:
@@ -112,6 +113,16 @@ def run_attention(cfg: dict, bw: float, l2: int) -> dict:
     return {"decode": decode, "kv_append": append, "shape": {"hq": bat.HQ, "hkv": bat.HKV, "d": bat.D, "page": bat.P}}
 
 
+def run_sampling(cfg: dict, l2: int) -> dict:
+    """The rollout sampler's plain path at Qwen3's vocabulary: torch path vs the fused kernel."""
+    import bench_sampling as bsa
+    from trace_rl.engine import SamplingParams
+    rows = []
+    for batch in cfg["sampling_batches"]:
+        rows += bsa.bench_case(batch, 151936, 1.0, SamplingParams(temperature=1.0), l2, replays=30)
+    return {"results": rows, "command_equivalent": "bench_sampling.bench_case per batch, randn logits"}
+
+
 def run_rollout(cfg: dict, seconds_left: float | None) -> dict:
     """bench_rollout.main; with a time budget, its arms stop where the budget ends."""
     import bench_rollout as bro
@@ -140,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a short version of every section (< 6 min on an H200)")
-    p.add_argument("--sections", default="memory,moe,attention,rollout")
+    p.add_argument("--sections", default="memory,moe,attention,sampling,rollout")
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds; skip later sections once spent (0: none)")
     p.add_argument("--out", default="runs/bench/bench.json")
     p.add_argument("--plots-dir", default=None, help="PNG plots + table.md (default: the JSON's folder)")
@@ -167,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runners = {"memory": lambda: run_memory(cfg, props.L2_cache_size), "moe": lambda: run_moe(cfg, bw),
                "attention": lambda: run_attention(cfg, bw, props.L2_cache_size),
+               "sampling": lambda: run_sampling(cfg, props.L2_cache_size),
                "rollout": lambda: run_rollout(cfg, seconds_left())}
     raw, seconds, skipped, errors = {}, {}, [], {}
     out = Path(args.out)

@@ -40,10 +40,10 @@ METRICS = (
     ("dram__bytes_write.sum", "DRAM bytes written"),
     ("dram__bytes.sum.per_second", "achieved DRAM bandwidth"),
     ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput, % of peak"),
-    ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (wgmma) utilisation"),
-    ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (mma.sync) utilisation"),
-    # other spellings of the tensor-pipe activity across ncu versions; the unknown ones are dropped
+    # tensor pipe: all MMA kinds (wgmma included), the mma.sync share, wgmma count, BF16 tensor math
+    # (the names the H200's ncu lists; ncu has no wgmma-only utilisation metric)
     ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe utilisation (all MMA kinds)"),
+    ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (mma.sync) utilisation"),
     ("sm__inst_executed_pipe_tensor_op_gmma.sum", "wgmma instructions executed"),
     ("sm__ops_path_tensor_src_bf16_dst_fp32.sum", "BF16->FP32 tensor math ops (2 per FMA)"),
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM throughput, % of peak"),

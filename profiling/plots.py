@@ -88,8 +88,18 @@ def normalize_rollout(raw: dict) -> list[dict]:
             for r in rows]
 
 
+def normalize_sampling(raw: dict, roofline: float) -> list[dict]:
+    """The kernel rows of bench_sampling, against the torch sampler of the same case."""
+    rows = raw.get("results", [])
+    torch_ms = {(r["logits"], r["batch"]): r["ms"] for r in rows if r["path"] == "torch"}
+    return [{"path": r["path"], "batch": r["batch"], "vocab": r["vocab"], "logits": r["logits"], "ms": r["ms"],
+             "vs_bf16": torch_ms[(r["logits"], r["batch"])] / r["ms"] if (r["logits"], r["batch"]) in torch_ms else None,
+             "fraction_of_roofline": r["logit_bytes"] / roofline / (r["ms"] * 1e-3)}
+            for r in rows if r["path"].startswith("kernel")]
+
+
 def unify(raw: dict, roofline: dict) -> dict:
-    """raw: {memory, moe, attention, rollout} (each optional) in the modules' formats."""
+    """raw: {memory, moe, attention, sampling, rollout} (each optional) in the modules' formats."""
     bw = roofline["sm_copy_bytes_per_s"]
     out = {"roofline": roofline}
     if raw.get("memory"):
@@ -98,13 +108,15 @@ def unify(raw: dict, roofline: dict) -> dict:
         out["moe"] = normalize_moe(raw["moe"], bw, roofline.get("bf16_tflops"))
     if raw.get("attention"):
         out["attention"] = normalize_attention(raw["attention"], bw)
+    if raw.get("sampling"):
+        out["sampling"] = normalize_sampling(raw["sampling"], bw)
     if raw.get("rollout"):
         out["rollout"] = normalize_rollout(raw["rollout"])
     return out
 
 
 COMMITTED = {"memory": "memory_kernels_h200.json", "moe": "moe_gemm_h200_ab.json", "attention": "attention_h200.json",
-             "rollout": "rollout_h200*.json"}
+             "sampling": "sampling_h200.json", "rollout": "rollout_h200*.json"}
 
 
 def load_results(path: Path) -> tuple[dict, dict]:
@@ -231,7 +243,7 @@ def _x(x):
 
 def table(report: dict) -> list[str]:
     """Markdown rows: the default variant at the largest size of each memory kernel, the MoE layer at
-    each token count, decode attention per case, rollout arms."""
+    each token count, decode attention per case, the sampling kernel, rollout arms."""
     lines = ["| benchmark | case | time | vs BF16 baseline | of roofline |", "|---|---|---|---|---|"]
     mem = report.get("memory", [])
     for op in dict.fromkeys(r["op"] for r in mem):
@@ -247,6 +259,9 @@ def table(report: dict) -> list[str]:
         case = f"B={r['batch']} L={r['length']}" if r["batch"] is not None else f"{r['length']} tokens"
         lines.append(f"| attention {r['kernel']} | {case} | {r['ms']:.4f} ms | {_x(r['vs_bf16'])} "
                      f"| {_pct(r['fraction_of_roofline'])} |")
+    for r in report.get("sampling", []):
+        lines.append(f"| sampling {r['path']} | B={r['batch']} V={r['vocab']} {r['logits']} | {r['ms']:.4f} ms "
+                     f"| {_x(r['vs_bf16'])} of torch | {_pct(r['fraction_of_roofline'])} |")
     for r in report.get("rollout", []):
         lines.append(f"| rollout {r['mode']} {r['capture']} {'graphs' if r['graphs'] else 'eager'} "
                      f"| prompt {r['prompt_len']}, batch {r['batch']} | {r['decode_tokens_per_s']:.0f} tok/s "

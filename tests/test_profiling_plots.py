@@ -102,20 +102,23 @@ def test_live_run_orchestration_with_stubbed_sections(tmp_path, monkeypatch, cap
         return raw["attention"]
     monkeypatch.setattr(bench, "run_attention", attention)
 
+    monkeypatch.setattr(bench, "run_sampling", lambda cfg, l2: calls.append("sampling") or raw["sampling"])
+
     def broken(cfg, seconds_left):
         calls.append(("rollout", seconds_left))
         raise RuntimeError("engine exploded")
     monkeypatch.setattr(bench, "run_rollout", broken)
     assert bench.main(["--quick", "--out", str(out)]) == 1
-    assert calls == ["roofline", "memory", ("moe", 4.2e12), "attention", ("rollout", None)]
+    assert calls == ["roofline", "memory", ("moe", 4.2e12), "attention", "sampling", ("rollout", None)]
     report = json.loads(out.read_text())
     assert report["errors"] == {"rollout": "RuntimeError: engine exploded"} and report["quick"]
     assert report["command"] == f"python profiling/bench.py --quick --out {out}" and report["commit"]
     assert {"memory", "moe", "attention"} <= set(report) and (tmp_path / "moe_speedup.png").exists()
-    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("| attention kv_append bf16")
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("| sampling kernel (eager) | B=512")
     calls.clear()
     assert bench.main(["--quick", "--time-budget", "1e6", "--sections", "rollout", "--out", str(out)]) == 1
     assert calls[1][0] == "rollout" and 0 < calls[1][1] <= 1e6  # the budget left bounds the rollout arms
     calls.clear()
     assert bench.main(["--quick", "--time-budget", "1e-9", "--out", str(out)]) == 0
-    assert calls == ["roofline"] and json.loads(out.read_text())["skipped"] == ["memory", "moe", "attention", "rollout"]
+    assert calls == ["roofline"] and json.loads(out.read_text())["skipped"] == [
+        "memory", "moe", "attention", "sampling", "rollout"]

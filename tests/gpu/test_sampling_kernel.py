@@ -73,6 +73,31 @@ def test_tokens_equal_the_reference(rows, vocab, dtype, temperature):
         check_against_reference(logits, seed, keys, positions, temperature)
 
 
+def make_tie(x: torch.Tensor, noise: torch.Tensor, i: int, j: int) -> bool:
+    """Set x[i], x[j] (float32 [V]) so that fl(x[j] + noise[j]) == fl(x[i] + noise[i]) exactly.
+    Stepping x[j] by one ulp moves its rounded sum by one ulp, or by two where the exact sum sits
+    half-way between two floats (ties to even); then no x[j] matches, and x[i] moves one ulp."""
+    x[i] = 20.0
+    for _ in range(8):
+        b = x[i] + noise[i]
+        x[j] = b - noise[j]
+        for _ in range(64):  # step x[j] by ulps towards fl(x[j] + n_j) == b
+            a = x[j] + noise[j]
+            if a == b:
+                return True
+            x[j] = torch.nextafter(x[j], x[j] + (1.0 if a < b else -1.0))
+        x[i] = torch.nextafter(x[i], x[i] + 1.0)
+    return False
+
+
+def test_make_tie_handles_round_half_even_sums():
+    """The case that defeated plain ulp stepping (found on the H200): x[j] + n_j lands half-way
+    between floats at every step, so only a move of x[i] allows an exact tie."""
+    x = torch.zeros(2)
+    noise = torch.tensor([0.4962176978588104, 0.9024686813354492])
+    assert make_tie(x, noise, 0, 1) and x[1] + noise[1] == x[0] + noise[0]
+
+
 @pytest.mark.parametrize("vocab", [96, 1000, 151936, 8192 * 3 + 1])
 def test_constructed_ties_go_to_the_lowest_index(vocab):
     """Exact ties of fl(s + noise) between ids a thread, a warp, the CTA or two CTAs compare."""
@@ -89,14 +114,7 @@ def test_constructed_ties_go_to_the_lowest_index(vocab):
         j = min(i + off, vocab - 1)
         if j == i:
             i, j = 0, vocab - 1
-        x[r, i] = 20.0
-        x[r, j] = 20.0 + noise[r, i] - noise[r, j]
-        for _ in range(64):  # step s_j by ulps until fl(s_j + n_j) == fl(s_i + n_i)
-            a, b = x[r, j] + noise[r, j], x[r, i] + noise[r, i]
-            if a == b:
-                break
-            x[r, j] = torch.nextafter(x[r, j], x[r, j] + (1.0 if a < b else -1.0))
-        assert x[r, j] + noise[r, j] == x[r, i] + noise[r, i], "no exact tie found"
+        assert make_tie(x[r], noise[r], i, j), "no exact tie found"
         want.append(i)
     tokens, _ = gs.reference(x, 1.0, 3, keys, positions)
     assert tokens.tolist() == want  # the reference takes the lower index ...
