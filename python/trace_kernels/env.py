@@ -35,6 +35,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("POISON_OUTPUTS", "0", "1: fill op outputs with 0xFF bytes (NaN / code 15) before each launch, so an "
                                 "unwritten element cannot pass a test"),
     Knob("CHECK_FINITE", "0", "1: check the non-finite status flag after every op (a host sync; debugging)"),
+    # read where they act (codegen.ops.moe_gemm, trace_rl.engine.sampler), listed here for `list --env`
+    Knob("MOE_VARIANT", "auto", "MoE GEMM tile table for calls without tile=: auto (ws for decode widths, "
+                                "v1 beyond), v1 or ws"),
+    Knob("SAMPLER", "auto", "rollout sampler: auto = the gumbel_max_sample kernel on CUDA for plain steps "
+                            "(T > 0, no top-k / top-p), torch = always the torch reference"),
 )}
 
 
