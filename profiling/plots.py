@@ -92,10 +92,13 @@ def normalize_sampling(raw: dict, roofline: float) -> list[dict]:
     """The kernel rows of bench_sampling, against the torch sampler of the same case."""
     rows = raw.get("results", [])
     torch_ms = {(r["logits"], r["batch"]): r["ms"] for r in rows if r["path"] == "torch"}
-    return [{"path": r["path"], "batch": r["batch"], "vocab": r["vocab"], "logits": r["logits"], "ms": r["ms"],
-             "vs_bf16": torch_ms[(r["logits"], r["batch"])] / r["ms"] if (r["logits"], r["batch"]) in torch_ms else None,
-             "fraction_of_roofline": r["logit_bytes"] / roofline / (r["ms"] * 1e-3)}
-            for r in rows if r["path"].startswith("kernel")]
+    out = []
+    for r in (r for r in rows if r["path"].startswith("kernel")):
+        base = torch_ms.get((r["logits"], r["batch"]))
+        out.append({"path": r["path"], "batch": r["batch"], "vocab": r["vocab"], "logits": r["logits"], "ms": r["ms"],
+                    "vs_bf16": base / r["ms"] if base else None,
+                    "fraction_of_roofline": r["logit_bytes"] / roofline / (r["ms"] * 1e-3)})
+    return out
 
 
 def unify(raw: dict, roofline: dict) -> dict:

@@ -285,15 +285,13 @@ def rl_step(cfg: RunConfig, step: int, task, tok, engine: RolloutEngine, samplin
     t0 = time.perf_counter()
     if rollout.guidance is not None:
         path = guidance_dir / f"step_{step:08d}.safetensors"
-        if cfg.run.guidance_io == "roundtrip":
+        if cfg.run.guidance_io == "overlap" and writer is not None:
+            pending = writer.submit(_store_guidance, path, rollout.guidance)
+        else:
             gstats, t_write = _store_guidance(path, rollout.guidance)
-            guidance = read_guidance(path, device=device)
-        else:  # the file is the record; the trainer needs none of its checks on its own memory
-            pending = (writer.submit(_store_guidance, path, rollout.guidance) if writer is not None
-                       else None)
-            if pending is None:
-                gstats, t_write = _store_guidance(path, rollout.guidance)
-            guidance = rollout.guidance.to(device)
+        # overlap: the file is the record; the trainer needs none of its checks on its own memory
+        guidance = (read_guidance(path, device=device) if cfg.run.guidance_io == "roundtrip"
+                    else rollout.guidance.to(device))
     t_io = time.perf_counter() - t0
     compact_bits = _compact_bits_per_element(rollout.guidance) if rollout.guidance is not None else None
 

@@ -22,6 +22,8 @@ from trace_rl.engine.sampler import sampling_logprobs
 from trace_rl.model import MoEForCausalLM
 from trace_rl.quant import GuidanceRecorder
 
+from guidance_checks import assert_guidance_equal  # tests/rl/guidance_checks.py
+
 pytestmark = pytest.mark.gpu
 
 PROMPTS = [[1, 5, 6, 7, 8], [1, 9, 10], [1, 11, 12, 13, 14, 15, 16], [1, 20, 21, 22]]
@@ -45,21 +47,6 @@ def make(model, backend="kernels", capture="off", graphs=False, mode="nvfp4", ma
 
 def outputs(batch):
     return [s.output_ids for s in batch.samples]
-
-
-def bytes_of(t):
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
-
-
-def assert_guidance_equal(got, want):
-    assert sorted(got.tables) == sorted(want.tables)
-    for key, a in got.tables.items():
-        b = want.tables[key]
-        for f in ("seq_ids", "positions", "scale", "block_scales", "payload"):
-            x, y = bytes_of(getattr(a, f)).cpu(), bytes_of(getattr(b, f)).cpu()
-            assert torch.equal(x, y), (key, f, (x != y).sum().item() if x.shape == y.shape else x.shape)
-        if a.experts is not None:
-            assert torch.equal(a.experts.cpu(), b.experts.cpu()), key
 
 
 def test_auto_backend_is_kernels_with_graphs(model):

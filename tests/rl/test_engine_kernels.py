@@ -16,6 +16,8 @@ from trace_rl.engine.sampler import sampling_logprobs
 from trace_rl.model import MoEForCausalLM
 from trace_rl.quant import GuidanceRecorder
 
+from guidance_checks import assert_guidance_equal, bytes_of  # tests/rl/guidance_checks.py
+
 PROMPTS = [[1, 5, 6, 7, 8], [1, 9, 10], [1, 11, 12, 13, 14, 15, 16]]
 
 
@@ -49,21 +51,6 @@ def random_nvfp4(E, N, K, gen):
     codes = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, generator=gen)
     bscales = torch.randint(0, 0x7F, (E, N, K // 16), dtype=torch.uint8, generator=gen)  # finite E4M3
     return codes, bscales.view(torch.float8_e4m3fn), torch.rand(E, generator=gen) + 0.1
-
-
-def bytes_of(t):
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
-
-
-def assert_tables_equal(got, want):
-    assert sorted(got.tables) == sorted(want.tables)
-    for key, a in got.tables.items():
-        b = want.tables[key]
-        for f in ("seq_ids", "positions", "scale", "block_scales", "payload"):
-            assert torch.equal(bytes_of(getattr(a, f)), bytes_of(getattr(b, f))), (key, f)
-        assert (a.experts is None) == (b.experts is None)
-        if a.experts is not None:
-            assert torch.equal(a.experts, b.experts), key
 
 
 @pytest.mark.parametrize("E,I,H", [(3, 64, 128), (2, 128, 64)])
@@ -154,7 +141,7 @@ def test_kernel_guidance_equals_reference_recorder(model, capture, kv_kernels, c
     eng.runner.shadow = GuidanceRecorder(capture)
     batch = eng.generate(PROMPTS, SamplingParams(max_new_tokens=6), group_size=2, seed=4)
     assert eng.kv_kernels == kv_kernels and (len(count_decode_attention) > 0) == kv_kernels
-    assert_tables_equal(batch.guidance, eng.runner.shadow.finalize())
+    assert_guidance_equal(batch.guidance, eng.runner.shadow.finalize())
     # experts of each slot are the routing the sample reports
     s = batch.samples[1]
     n = len(s.prompt_ids) + len(s.output_ids) - 1

@@ -30,6 +30,7 @@ def test_defaults_and_shipped_configs_parse():
     ({"task": {"name": "reverse", "max_lenn": 3}}, "max_lenn"),
     ({"task": {"name": "nope"}}, "nope"),
     ({"run": {"steps": 0}}, "run.steps"),
+    ({"run": {"guidance_io": "async"}}, "run.guidance_io"),
     ({"sft": {"steps": -1}}, "sft.steps"),
     ({"seed": "zero"}, "seed"),
     ({"optimizer": {}}, "optimizer"),

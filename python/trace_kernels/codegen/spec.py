@@ -34,6 +34,19 @@ def kernel_name(op: str, *parts: str, dims: Mapping[str, int] = (), arch: str = 
     return name
 
 
+def resolve_variant(op: str, variants: tuple[str, ...], default: str, variant: str | None) -> str:
+    """The variant to build: `default` when None; one outside `variants` raises."""
+    variant = default if variant is None else variant
+    if variant not in variants:
+        raise ValueError(f"{op}: variant {variant!r} is not one of {variants}")
+    return variant
+
+
+def variant_parts(short: str, variant: str) -> tuple[str, ...]:
+    """Kernel-name parts for a dtype and variant: v1 keeps its original (measured) name."""
+    return (short,) if variant == "v1" else (short, variant)
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything needed to render, build and find one kernel.

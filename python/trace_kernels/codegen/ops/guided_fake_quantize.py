@@ -12,7 +12,7 @@ import functools
 
 from trace_kernels.codegen.ops.quantize import quantize_dims
 from trace_kernels.codegen.registry import OpCodegen
-from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name
+from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name, resolve_variant, variant_parts
 from trace_kernels.shapes import ModelShape
 
 NAME = "nvfp4_guided_fake_quantize"
@@ -24,27 +24,22 @@ VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 
 
 
 def check_variant(variant: str | None) -> str:
-    variant = VARIANT if variant is None else variant
-    if variant not in VARIANTS:
-        raise ValueError(f"{NAME}: variant {variant!r} is not one of {VARIANTS}")
-    return variant
+    return resolve_variant(NAME, VARIANTS, VARIANT, variant)  # VARIANT read at call time (tests patch it)
 
 
 def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
     return _spec(dtype, d, check_variant(variant))
 
 
-# memoized: the ops build their spec on every launch; variant is resolved first, since VARIANT may change
+# memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
 def _spec(dtype, d: int, variant: str) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
-    variant = check_variant(variant)
     short = dtype_name(dtype)
-    parts = (short,) if variant == "v1" else (short, variant)  # v1 keeps its original name
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, *parts, dims={"d": d}),
+        name=kernel_name(NAME, *variant_parts(short, variant), dims={"d": d}),
         template=TEMPLATE,
         params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": CTA, "slots": SLOTS, "variant": int(variant[1:])},
         launch={"threads": CTA, "half_blocks_per_cta": CTA * SLOTS},

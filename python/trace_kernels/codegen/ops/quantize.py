@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from trace_kernels.codegen.registry import OpCodegen
-from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name
+from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name, resolve_variant, variant_parts
 from trace_kernels.shapes import ModelShape
 
 NAME = "nvfp4_quantize"
@@ -25,10 +25,7 @@ def _pow2_ceil(n: int) -> int:
 
 
 def check_variant(variant: str | None) -> str:
-    variant = VARIANT if variant is None else variant
-    if variant not in VARIANTS:
-        raise ValueError(f"{NAME}: variant {variant!r} is not one of {VARIANTS}")
-    return variant
+    return resolve_variant(NAME, VARIANTS, VARIANT, variant)  # VARIANT read at call time (tests patch it)
 
 
 def tiling(dtype, d: int, variant: str = "v1") -> tuple[int, int]:
@@ -47,18 +44,16 @@ def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
     return _spec(dtype, d, check_variant(variant))
 
 
-# memoized: the ops build their spec on every launch; variant is resolved first, since VARIANT may change
+# memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
 def _spec(dtype, d: int, variant: str) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
-    variant = check_variant(variant)
     short = dtype_name(dtype)
     tpr, cta = tiling(dtype, d, variant)
-    parts = (short,) if variant == "v1" else (short, variant)  # v1 keeps its original name
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, *parts, dims={"d": d}),
+        name=kernel_name(NAME, *variant_parts(short, variant), dims={"d": d}),
         template=TEMPLATE,
         params={"cuda_type": CUDA_TYPES[short], "d": d, "tpr": tpr, "cta": cta, "variant": int(variant[1:]),
                 "min_blocks": 0},  # __launch_bounds__ min blocks per SM (0: none); 4 spills v2

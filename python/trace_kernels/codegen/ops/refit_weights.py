@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 
 from trace_kernels.codegen.registry import OpCodegen
-from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name
+from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name, resolve_variant, variant_parts
 from trace_kernels.shapes import ModelShape
 
 NAME = "nvfp4_refit_weights"
@@ -24,26 +24,21 @@ VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 
 
 
 def check_variant(variant: str | None) -> str:
-    variant = VARIANT if variant is None else variant
-    if variant not in VARIANTS:
-        raise ValueError(f"{NAME}: variant {variant!r} is not one of {VARIANTS}")
-    return variant
+    return resolve_variant(NAME, VARIANTS, VARIANT, variant)  # VARIANT read at call time (tests patch it)
 
 
 def spec(dtype, variant: str | None = None) -> KernelSpec:
     return _spec(dtype, check_variant(variant))
 
 
-# memoized: the ops build their spec on every launch; variant is resolved first, since VARIANT may change
+# memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
 def _spec(dtype, variant: str) -> KernelSpec:
-    variant = check_variant(variant)
     short = dtype_name(dtype)
     slots = 2 if short == "f32" else 8  # FP32: 4 slots spill at 64 registers
-    parts = (short,) if variant == "v1" else (short, variant)  # v1 keeps its original name
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, *parts),
+        name=kernel_name(NAME, *variant_parts(short, variant)),
         template=TEMPLATE,
         params={"cuda_type": CUDA_TYPES[short], "cta": CTA, "slots": slots, "variant": int(variant[1:])},
         launch={"threads": CTA, "tile_half_blocks": CTA * slots, "variant": variant},
