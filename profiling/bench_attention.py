@@ -1,6 +1,7 @@
 """Paged decode attention (NVFP4 / BF16 pages) vs SDPA over a contiguous BF16 cache vs the copy roofline.
 
     python profiling/bench_attention.py --out profiling/results/attention_h200.json
+    python profiling/bench_attention.py --decode-only --nvfp4-variants mma,mma2,mma3 --bf16-variants mma  # A/B
 
 Issue 5's matrix: Hq=32, Hkv=4, D=128, P=16, (B, L) in (8, 8K), (8, 32K), (4, 128K), (32, 32K), plus
 a batch at 128K whose NVFP4 cache is --fill-gb GB. Every sequence has length L; pages are a random
@@ -8,7 +9,8 @@ permutation (non-contiguous); page contents are random valid NVFP4 / BF16 bytes 
 value-dependent branches, and quantizing tens of GB first would cost minutes of device time).
 Contenders, in the same run: our NVFP4 and BF16 paged decode, each as the CUDA-core kernel (JSON keys
 "nvfp4", "bf16"), the tensor-core kernel ("nvfp4_mma", "bf16_mma") and, NVFP4 only, the tensor-core
-kernel with tokens as MMA rows ("nvfp4_mma2"), torch SDPA over a
+kernel with tokens as MMA rows ("nvfp4_mma2") and its page-run-loader / lazy-rescale version
+("nvfp4_mma3"), torch SDPA over a
 contiguous BF16 cache (GQA folded into the query length: q [B, Hkv, G, D] against K/V [B, Hkv, L, D],
 which lets the flash backend run it), and the copy roofline = bytes / the fastest of three 1 GiB
 device copies measured here (graph memcpy node, eager memcpy, elementwise kernel).
@@ -23,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 
 import torch
 import torch.nn.functional as F
@@ -90,7 +93,33 @@ def bench_paged(fmt: str, batch: int, length: int, l2: int, max_sets: int = 4, v
     bytes_moved = per_set + 2 * batch * HQ * D * 2
     del data
     torch.cuda.empty_cache()
-    return {"ms": ms, "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
+    return {"ms": ms, "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12,
+            **launch_geometry(fmt, batch, length, variant)}
+
+
+def launch_geometry(fmt: str, batch: int, length: int, variant: str) -> dict:
+    """The launch decode_attention planned for this case: CTAs per SM (occupancy query), splits, grid."""
+    from trace_kernels.codegen.ops import decode_attention as codegen
+    from trace_kernels.runtime import kernel_for, multiprocessor_count
+    spec = codegen.spec(fmt, HQ, HKV, D, P, variant)
+    resident = attention._resident_ctas(kernel_for(spec), spec.name, 0, spec.launch["threads"])
+    ctas_per_split = HKV * spec.launch["head_groups"]
+    splits, per_split = attention.plan_splits(batch, ctas_per_split, -(-length // P) * P, spec.launch["tile_tokens"],
+                                              resident)
+    return {"kernel": spec.name, "threads": spec.launch["threads"], "stages": spec.launch["stages"],
+            "ctas_per_sm": resident // multiprocessor_count(0), "splits": splits, "tiles_per_split": per_split,
+            "ctas": batch * ctas_per_split * splits}
+
+
+def ncu_case(batch: int, length: int, variant: str, calls: int = 3) -> None:
+    """Launch one decode case a few times, eagerly (a driver for ncu -k ... -c 1)."""
+    g = torch.Generator().manual_seed(batch * 7 + length)
+    data = make_set("nvfp4", batch, length, g)
+    for _ in range(calls):
+        attention.decode_attention(data["q"], data["k"], data["v"], data["table"], data["lengths"],
+                                   check_values=False, variant=variant)
+    torch.cuda.synchronize()
+    print(f"ncu case B={batch} L={length} {variant}: {launch_geometry('nvfp4', batch, length, variant)}")
 
 
 def bench_sdpa(batch: int, length: int, l2: int, max_sets: int = 4) -> dict:
@@ -156,12 +185,108 @@ def max_batch(length: int) -> dict:
     return out
 
 
+def key(fmt: str, variant: str) -> str:
+    """JSON key of a paged contender: "nvfp4" / "bf16" for simt (the historical names), else fmt_variant."""
+    return fmt if variant == "simt" else f"{fmt}_{variant}"
+
+
+def save(result: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+def print_decode_table(rows: list, contenders: list) -> None:
+    """One line per (case, contender): ms, TB/s, fraction of the copy roofline, speedup over SDPA."""
+    for row in rows:
+        sdpa = row.get("sdpa_bf16", {})
+        if "ms" in sdpa:
+            print(f"{row['batch']:>5} {row['length']:>7} | SDPA BF16 {sdpa['ms']:.3f} ms {sdpa['tb_per_s']:.2f} TB/s")
+        for name, _, _ in contenders:
+            r = row.get(name, {})
+            if "ms" in r:
+                print(f"{row['batch']:>5} {row['length']:>7} | {name:>15} {r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s "
+                      f"{r['fraction_of_copy']:.1%} of copy, {r.get('speedup_vs_sdpa', float('nan')):.2f}x SDPA"
+                      + (f" | {r['ctas_per_sm']} CTAs/SM x {r['threads']} thr, {r['splits']} splits x "
+                         f"{r['tiles_per_split']} tiles, {r['ctas']} CTAs" if "ctas_per_sm" in r else ""))
+            elif name in row:
+                print(f"{row['batch']:>5} {row['length']:>7} | {name:>15} {r.get('error', '?')}")
+
+
+def expand_variants(text: str) -> list[str]:
+    """The comma list of NVFP4 variants, 'sweep' expanded to mma2 + MMA2_SWEEP_VARIANTS."""
+    from trace_kernels.codegen.ops import decode_attention
+    out = []
+    for v in (v for v in text.split(",") if v):
+        out += ["mma2", *decode_attention.MMA2_SWEEP_VARIANTS] if v == "sweep" else [v]
+    return list(dict.fromkeys(out))
+
+
+def build_kernels(jobs: int, nvfp4_variants: list[str] = (), named_only: bool = False) -> bool:
+    """Build (or find in the JIT cache) every decode / append kernel the GPU tests and this benchmark
+    launch, mma3 at every test shape included, plus the NVFP4 variants named (sweep configurations: at
+    the benchmark's and the sweep test's shapes); one line per kernel (registers, spills). No GPU needed,
+    so the cache can be filled on a build machine (TRACE_KERNELS_CACHE_DIR) and carried. named_only: just the
+    named variants at MMA2_SWEEP_TEST_SHAPES and the combine kernels (what the sweep script launches)."""
+    import re
+    import time
+
+    from trace_kernels import jit, kv_testing
+    from trace_kernels.codegen.ops import decode_attention
+    from trace_kernels.jit import compiler
+    start = time.time()
+    if named_only:
+        specs = [decode_attention.combine_spec(d) for d in decode_attention.HEAD_DIMS]
+        configured = nvfp4_variants
+    else:
+        specs = kv_testing.kernel_specs() + [decode_attention.spec("nvfp4", hq, hkv, d, p, "mma3")
+                                             for hq, hkv, d, p in kv_testing.TEST_SHAPES]
+        configured = [v for v in nvfp4_variants if decode_attention.mma2_config(v) and
+                      v not in decode_attention.MMA2_TEMPLATES]
+    specs += [decode_attention.spec("nvfp4", hq, hkv, d, p, v) for v in configured
+              for hq, hkv, d, p in decode_attention.MMA2_SWEEP_TEST_SHAPES]
+    specs = list({s.name: s for s in specs}.values())
+    ok = True
+    for spec, entry in zip(specs, jit.build_all(specs, jobs=jobs, keep_going=True)):
+        if isinstance(entry, Exception):
+            ok = False
+            print(f"{spec.name}: BUILD FAILED {str(entry)[-1500:]}")
+            continue
+        text = (entry.folder / "ptxas.txt").read_text()
+        r = compiler.parse_ptxas(text)
+        smem = max((int(m) for m in re.findall(r"(\d+) bytes smem", text)), default=0)
+        print(f"{spec.name}: {r.registers} registers, {r.spill_stores}/{r.spill_loads} B spill st/ld, "
+              f"{r.stack_frame} B stack, {smem} B smem")
+    print(f"{len(specs)} kernels built or found in the cache in {time.time() - start:.1f}s")
+    return ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="profiling/results/attention_h200.json")
     parser.add_argument("--fill-gb", type=float, default=40.0, help="NVFP4 cache size of the memory-filling case")
     parser.add_argument("--quick", action="store_true", help="first two cases only")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="the four decode cases only (no memory-filling batch, kv_append, extend)")
+    parser.add_argument("--nvfp4-variants", default="simt,mma,mma2,mma3",
+                        help="comma list of NVFP4 decode kernels; 'sweep' = mma2 + the occupancy configurations "
+                             "of decode_attention.MMA2_SWEEP_VARIANTS (e.g. mma2_w1s2: 1 warp, 2 stages)")
+    parser.add_argument("--build-named-only", action="store_true",
+                        help="with --build-only: only the --nvfp4-variants kernels (sweep shapes) and the combine")
+    parser.add_argument("--ncu-case", default="", metavar="B,L",
+                        help="only launch the NVFP4 decode of one case 3 times with the first --nvfp4-variants "
+                             "kernel (a driver for ncu) and exit")
+    parser.add_argument("--bf16-variants", default="simt,mma", help="comma list of BF16 decode kernels")
+    parser.add_argument("--build-only", type=int, default=0, metavar="JOBS",
+                        help="only build the kernels (JOBS parallel nvcc) and exit; no GPU needed")
     args = parser.parse_args()
+    nvfp4_variants = expand_variants(args.nvfp4_variants)
+    if args.build_only:
+        raise SystemExit(0 if build_kernels(args.build_only, nvfp4_variants, args.build_named_only) else 1)
+    if args.ncu_case:
+        batch, length = (int(x) for x in args.ncu_case.split(","))
+        ncu_case(batch, length, nvfp4_variants[0])
+        return
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
     copies = copy_bandwidth(l2)
@@ -170,17 +295,24 @@ def main() -> None:
           + ", ".join(f"{k} {v / 1e12:.2f}" for k, v in copies.items()) + ")", flush=True)
 
     fill_batch = int(args.fill_gb * GB // (2 * 131072 * HKV * token_head_bytes("nvfp4")))
-    cases = list(CASES[:2] if args.quick else CASES) + [(fill_batch, 131072)]
+    cases = list(CASES[:2] if args.quick else CASES) + ([] if args.decode_only else [(fill_batch, 131072)])
+    bf16_variants = [v for v in args.bf16_variants.split(",") if v]
+    contenders = [(key("nvfp4", v), "nvfp4", v) for v in nvfp4_variants] + [(key("bf16", v), "bf16", v)
+                                                                             for v in bf16_variants]
     rows = []
+    result = {"gpu": props.name, "date": utc_now(),
+              "commit": git_commit(), "torch": torch.__version__,
+              "command": "python profiling/bench_attention.py " + " ".join(
+                  f"--{k.replace('_', '-')} {shlex.quote(str(v))}" if not isinstance(v, bool) else (f"--{k.replace('_', '-')}" if v else "")
+                  for k, v in vars(args).items()).strip(),
+              "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
+              "copy_variants_tb_per_s": {k: v / 1e12 for k, v in copies.items()}, "decode": rows}
     for batch, length in cases:
         row = {"batch": batch, "length": length}
         sets = 2 if batch == fill_batch else 4
-        for name, fn in (("nvfp4", lambda: bench_paged("nvfp4", batch, length, l2, sets)),
-                         ("nvfp4_mma", lambda: bench_paged("nvfp4", batch, length, l2, sets, "mma")),
-                         ("nvfp4_mma2", lambda: bench_paged("nvfp4", batch, length, l2, sets, "mma2")),
-                         ("bf16", lambda: bench_paged("bf16", batch, length, l2)),
-                         ("bf16_mma", lambda: bench_paged("bf16", batch, length, l2, 4, "mma")),
-                         ("sdpa_bf16", lambda: bench_sdpa(batch, length, l2))):
+        runs = [(name, (lambda f=fmt, v=variant: bench_paged(f, batch, length, l2, sets if f == "nvfp4" else 4, v)))
+                for name, fmt, variant in contenders]
+        for name, fn in runs + [("sdpa_bf16", lambda: bench_sdpa(batch, length, l2))]:
             if batch == fill_batch and not name.startswith("nvfp4"):
                 # the BF16 cache of this batch would need 3.4x the memory; time BF16 at the same bytes instead
                 continue
@@ -189,33 +321,31 @@ def main() -> None:
             except torch.cuda.OutOfMemoryError as error:
                 r = {"error": f"out of memory: {str(error)[:120]}"}
                 torch.cuda.empty_cache()
+            except Exception as error:  # one failing variant (build, launch) must not cost the others' numbers
+                r = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
             if "ms" in r:
                 r["roofline_ms"] = r["bytes"] / copy_bw * 1e3
                 r["fraction_of_copy"] = r["roofline_ms"] / r["ms"]
             row[name] = r
         if "ms" in row.get("sdpa_bf16", {}):
-            for name in ("nvfp4", "nvfp4_mma", "nvfp4_mma2", "bf16", "bf16_mma"):
+            for name, _, _ in contenders:
                 if "ms" in row.get(name, {}):
                     row[name]["speedup_vs_sdpa"] = row["sdpa_bf16"]["ms"] / row[name]["ms"]
         rows.append(row)
         print(json.dumps(row), flush=True)
+        save(result, args.out)  # after every case: a time limit cannot cost the cases already measured
+
+    if args.decode_only:
+        print_decode_table(rows, contenders)
+        return
 
     append = [bench_append("nvfp4", 262144, g, l2) for g in (False, True)] + [bench_append("bf16", 262144, False, l2)]
     append += [bench_append("nvfp4", 262144, g, l2, "b2") for g in (False, True)]  # A/B: two blocks per thread
     for r in append:
         r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
     extend = bench_extend(4, 8192, 1024)
-    result = {"gpu": props.name, "date": utc_now(),
-              "commit": git_commit(), "torch": torch.__version__,
-              "command": "python profiling/bench_attention.py " + " ".join(
-                  f"--{k.replace('_', '-')} {v}" if not isinstance(v, bool) else (f"--{k}" if v else "")
-                  for k, v in vars(args).items()).strip(),
-              "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
-              "copy_variants_tb_per_s": {k: v / 1e12 for k, v in copies.items()},
-              "decode": rows, "kv_append": append, "extend": extend, "max_batch_128k": max_batch(131072)}
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    result.update({"kv_append": append, "extend": extend, "max_batch_128k": max_batch(131072)})
+    save(result, args.out)
 
     print(f"\n{'B':>5} {'L':>7} | {'NVFP4 simt ms':>13} {'TB/s':>5} {'%copy':>6} {'xSDPA':>6} | {'NVFP4 mma ms':>12} "
           f"{'TB/s':>5} {'%copy':>6} {'xSDPA':>6} | {'BF16 ms':>8} {'TB/s':>5} {'xSDPA':>6} | {'BF16 mma':>8} {'TB/s':>5} {'xSDPA':>6} | "
@@ -229,11 +359,7 @@ def main() -> None:
               f"{f(b, 'ms', '8.3f')} {f(b, 'tb_per_s', '5.2f')} {f(b, 'speedup_vs_sdpa', '6.2f')} | "
               f"{f(bm, 'ms', '8.3f')} {f(bm, 'tb_per_s', '5.2f')} {f(bm, 'speedup_vs_sdpa', '6.2f')} | "
               f"{f(s, 'ms', '8.3f')} {f(s, 'tb_per_s', '5.2f')}")
-    for row in rows:  # the tokens-as-rows NVFP4 kernel (A/B against nvfp4_mma above)
-        m2 = row.get("nvfp4_mma2", {})
-        if "ms" in m2:
-            print(f"{row['batch']:>5} {row['length']:>7} | NVFP4 mma2 {m2['ms']:.3f} ms {m2['tb_per_s']:.2f} TB/s "
-                  f"{m2['fraction_of_copy']:.1%} of copy, {m2.get('speedup_vs_sdpa', float('nan')):.2f}x SDPA")
+    print_decode_table(rows, [(key("nvfp4", v), "nvfp4", v) for v in nvfp4_variants if v not in ("simt", "mma")])
     for r in append:
         print(f"kv_append {r['format']:>5} {r['variant']:>7} guidance={r['guidance']!s:5}: {r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s "
               f"({r['fraction_of_copy']:.0%} of copy)")

@@ -2,8 +2,8 @@
 on/off, the largest batch per mode that fits, refit seconds per GB of BF16 expert weights.
 
     python profiling/bench_rollout.py --quick --out profiling/results/rollout_h200_quick.json
-    python profiling/bench_rollout.py --preset bench --prompt-lens 1024,4096,8192 --output-len 32768 \\
-        --batch auto --out profiling/results/rollout_h200.json
+    python profiling/bench_rollout.py --preset bench --prompt-lens 1024,4096,8192 --output-len 256 \\
+        --long-outputs 32768,131072 --batch auto --out profiling/results/rollout_h200.json
 
 One arm = (mode, capture, graphs) at one prompt length. Each arm builds an engine (nvfp4 runs the
 ``kernels`` backend on an H200 with a BF16 model: packed NVFP4 experts, fused MoE GEMMs, guidance
@@ -20,7 +20,15 @@ and all prefill attention run the torch paged reference (gather the pages, SDPA 
 keys), which dominates long contexts there. Refit (nvfp4, capture off): median of --refit-iters
 ``engine.refit(model)`` calls; ``last_refit`` gives the kernel part (refit_weights + layout
 permutation, CUDA events) and s/GB over the engine's BF16 expert bytes.
-Writes JSON with the GPU, date, commit, command, torch version and every arm; prints a table.
+--long-outputs: generations of 32K-128K tokens take minutes to hours each, so instead of running
+them whole, each (mode, capture) arm sizes one engine for prompt + output tokens per sequence at
+the largest batch that fits, fills its KV pages with random values standing in for the context,
+and times decode steps (median of --long-steps, after 2 warm-up steps) with every sequence at
+the start, the middle and the end of the generation; the whole generation's decode tokens/s is
+Simpson's rule over the three (the step time is near linear in the context length, and the
+three points show it). Nothing else about the step differs from a real generation.
+Writes JSON with the GPU, date, commit, command, torch version and every arm (after each arm);
+prints a table.
 """
 from __future__ import annotations
 
@@ -45,6 +53,12 @@ QUICK = dict(preset="bench", prompt_lens="1024", output_len=128, batch="64",
              refit_iters=3, time_budget=150.0)
 
 
+def free_device_memory() -> None:
+    """Return the memory of engines the caller has just dropped to the device (between arms)."""
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
 def kv_bytes_per_token(config, mode: str) -> int:
     """KV cache bytes per token over all layers (K and V)."""
     d, h = config.head_dim, config.num_key_value_heads
@@ -59,13 +73,13 @@ def attention_bytes_per_key(config) -> int:
     return 2 * config.num_key_value_heads * config.head_dim * (2 + 8 + 4 + 4 + 2) + 8
 
 
-def auto_batch(model, args, mode: str, prompt_len: int, kv_kernels: bool, device) -> int:
+def auto_batch(model, args, mode: str, prompt_len: int, kv_kernels: bool, device, max_len: int | None = None) -> int:
     """Largest power of two <= --max-batch whose memory fits --mem-fraction of free memory: the
     engine's weight copy (+ packed NVFP4 experts), the prefill chunk's reference attention, and per
     sequence its KV pages, the sampler's [V] temporaries and (without the decode kernels) the
     reference decode attention's working set over max_model_len keys."""
     c = model.config
-    max_len = prompt_len + args.output_len
+    max_len = max_len or prompt_len + args.output_len
     free, _ = torch.cuda.mem_get_info(device)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     experts = sum(p.numel() * p.element_size() for _, p in model.expert_parameters())
@@ -94,6 +108,9 @@ def run_arm(model, args, mode: str, capture: str, graphs: bool, prompt_len: int,
                        kv_kernels=kv_kernels)
     engine = RolloutEngine(model, cfg, mode=mode, capture=capture, device=device)
     prompts = random_prompts(batch, prompt_len, model.config.vocab_size, args.seed)
+    # the steady state of an RL loop, where every batch reuses the capture's page-locked host
+    # memory: lock it before timing (the first batch of a run pays this once)
+    engine.reserve_guidance(batch * max_len)
     # warm-up with the same batch size: JIT builds, autotuning and the graph of this bucket
     engine.generate(prompts, SamplingParams(max_new_tokens=3, ignore_eos=True), seed=1)
     sp = SamplingParams(temperature=1.0, max_new_tokens=args.output_len, ignore_eos=True)
@@ -128,8 +145,7 @@ def run_arm(model, args, mode: str, capture: str, graphs: bool, prompt_len: int,
                    expert_gb=gb, refit_s_per_gb=statistics.median(times) / gb,
                    refit_kernel_s_per_gb=statistics.median(kernel) / gb)
     del engine, out
-    gc.collect()
-    torch.cuda.empty_cache()
+    free_device_memory()
     return row
 
 
@@ -163,12 +179,234 @@ def run_fitting(model, args, mode, capture, graphs, prompt_len, device, kv_kerne
             row["oom_retries"] = retries
             return row
         except torch.cuda.OutOfMemoryError:
-            gc.collect()
-            torch.cuda.empty_cache()
+            free_device_memory()
             if batch == 1:
                 raise
             batch //= 2
             retries += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Long outputs (--long-outputs): decode-step time at points of a long generation
+# ---------------------------------------------------------------------------------------------
+
+def fill_cache_randomly(cache, seed: int) -> None:
+    """Random finite pages (NVFP4: any codes, E4M3 block scales 2^-5..2^3, row scales ~1e-3;
+    BF16: normal), standing in for a prefilled context: a decode step's cost does not depend on
+    the values it reads."""
+    gen = torch.Generator(device=cache.k[0].scale.device if cache.quantized else cache.k[0].data.device)
+    gen.manual_seed(seed)
+    for pages in cache.k + cache.v:
+        if pages.quantized:
+            pages.codes.random_(0, 256, generator=gen)
+            pages.block_scales.view(torch.uint8).random_(0x10, 0x58, generator=gen)
+            pages.scale.uniform_(5e-4, 2e-3, generator=gen)
+        else:
+            pages.data.normal_(generator=gen)
+
+
+def synthetic_running(engine, batch: int, context_len: int, budget: int, seed: int):
+    """A scheduler whose running sequences look prefilled: context_len cached tokens (the random
+    pages above) plus one sampled token, pages reserved for `budget` tokens."""
+    from trace_rl.engine.scheduler import Scheduler
+    from trace_rl.engine.sequence import Sequence, Status
+    vocab = engine.model.config.vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    scheduler = Scheduler(engine.config, engine.blocks)
+    for i in range(batch):
+        prompt = torch.randint(3, vocab, (context_len,), generator=gen).tolist()
+        seq = Sequence(engine._next_seq_id, i, 0, i << 20, prompt, budget)
+        engine._next_seq_id += 1
+        engine.blocks.allocate(seq)
+        seq.status, seq.num_cached = Status.RUNNING, context_len
+        seq.append(int(torch.randint(3, vocab, (1,), generator=gen)), 0.0)
+        scheduler.running.append(seq)
+    return scheduler
+
+
+def time_decode_at(engine, batch: int, context_len: int, steps: int, warmup: int, seed: int) -> dict:
+    """Median decode-step ms (host wall: forward, guidance copy, sampling, the token sync) over
+    `steps` steps of `batch` sequences that start at `context_len` tokens; guidance finalize ms."""
+    from trace_rl.engine.engine import _RoutingLog
+    budget = context_len + 1 + warmup + steps + 1
+    scheduler = synthetic_running(engine, batch, context_len, budget, seed)
+    sp = SamplingParams(temperature=1.0, max_new_tokens=budget, ignore_eos=True)
+    capture = engine.guidance_capture
+    if capture is not None:
+        capture.clear()
+    routing, times = _RoutingLog(), []
+    try:
+        for i in range(warmup + steps):
+            stats = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0, "decode_tokens": 0}
+            engine._step(scheduler, sp, seed, set(), routing, stats)
+            if i >= warmup:
+                times.append(stats["decode_s"])
+        finalize_ms = None
+        if capture is not None:
+            t0 = time.perf_counter()
+            capture.finalize()
+            finalize_ms = 1e3 * (time.perf_counter() - t0)
+            capture.clear()
+    finally:
+        for seq in list(scheduler.running):
+            scheduler.retire(seq)
+    step_ms = 1e3 * statistics.median(times)
+    return {"context_len": context_len, "step_ms": step_ms, "tokens_per_s": batch / step_ms * 1e3,
+            "step_ms_min": 1e3 * min(times), "step_ms_max": 1e3 * max(times), "guidance_finalize_ms": finalize_ms}
+
+
+def run_long(model, args, mode: str, capture: str, output_len: int, device) -> dict:
+    """One engine sized for prompt + output_len tokens per sequence at the largest batch that fits
+    (halved on out-of-memory); decode-step time at the start, middle and end of the generation.
+    The whole generation's decode tokens/s follows by Simpson's rule over the three points
+    (exact when the step time is quadratic in the context length; it is near linear)."""
+    prompt, steps, warmup = args.long_prompt, args.long_steps, 2
+    max_len = prompt + output_len + 1 + warmup + steps + 1
+    batch = (auto_batch(model, args, mode, prompt, True, device, max_len=max_len)
+             if args.batch == "auto" else int(args.batch))
+    while True:
+        engine = None
+        try:
+            cfg = EngineConfig(block_size=args.block_size, max_num_seqs=batch, max_model_len=max_len,
+                               max_num_batched_tokens=args.max_batched_tokens, cuda_graphs=True)
+            engine = RolloutEngine(model, cfg, mode=mode, capture=capture, device=device)
+            fill_cache_randomly(engine.cache, args.seed)
+            engine.reserve_guidance(batch * (warmup + steps + 1))
+            points = [time_decode_at(engine, batch, L, steps, warmup, args.seed)
+                      for L in (prompt, prompt + output_len // 2, prompt + output_len)]
+            break
+        except torch.cuda.OutOfMemoryError:
+            del engine
+            free_device_memory()
+            if batch == 1:
+                raise
+            batch //= 2
+    t0, t1, t2 = (p["step_ms"] for p in points)
+    mean_step_ms = (t0 + 4 * t1 + t2) / 6
+    row = {"mode": mode, "capture": capture, "backend": engine.backend, "kv_kernels": engine.kv_kernels,
+           "prompt_len": prompt, "output_len": output_len, "batch": batch, "steps_per_point": steps,
+           "kv_cache_bytes": engine.cache.nbytes(), "points": points,
+           "generation_decode_tokens_per_s": batch / mean_step_ms * 1e3,
+           "generation_decode_s_estimate": output_len * mean_step_ms / 1e3}
+    del engine
+    free_device_memory()
+    return row
+
+
+def summarize_long(rows: list[dict]) -> list[str]:
+    lines = []
+    by = {(r["output_len"], r["mode"], r["capture"]): r for r in rows}
+    for out in sorted({r["output_len"] for r in rows}):
+        bf, fp, fpc = (by.get((out, m, c)) for m, c in (("bf16", "off"), ("nvfp4", "off"), ("nvfp4", "compact")))
+        if bf and fp:
+            lines.append(f"output {out}: nvfp4 / bf16 whole-generation decode tokens/s = "
+                         f"{fp['generation_decode_tokens_per_s'] / bf['generation_decode_tokens_per_s']:.2f}x "
+                         f"(batch {fp['batch']} vs {bf['batch']})")
+        if fp and fpc and fp["batch"] == fpc["batch"]:
+            lines.append(f"output {out}: guidance capture costs "
+                         f"{100 * (1 - fpc['generation_decode_tokens_per_s'] / fp['generation_decode_tokens_per_s']):.1f}% "
+                         f"of nvfp4 decode tokens/s")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Guidance capture cost, paired (--capture-ab): two engines alive at once, steps interleaved
+# ---------------------------------------------------------------------------------------------
+
+def guidance_sink(engine):
+    """Where the engine's guidance goes: the kernels' async capture, or the reference recorder."""
+    return engine.guidance_capture if engine.guidance_capture is not None else engine.recorder
+
+
+def capture_ab_decode(model, args, batch: int, context_len: int, device) -> dict:
+    """Median decode-step ms of an nvfp4 engine without and with compact capture, measured in
+    alternating rounds (the order flips every round) on two engines that exist side by side, so
+    clock drift and run-to-run noise cancel (arms timed one after the other differed by up to
+    +-10% in step time with identical work). Synthetic prefilled context, as --long-outputs."""
+    from trace_rl.engine.engine import _RoutingLog
+    rounds, steps, warmup = args.ab_rounds, args.ab_steps, 2
+    budget = context_len + 1 + warmup + rounds * steps + 1
+    cfg = EngineConfig(block_size=args.block_size, max_num_seqs=batch, max_model_len=budget,
+                       max_num_batched_tokens=args.max_batched_tokens, cuda_graphs=True)
+    arms = ("off", "compact")
+    engines = {c: RolloutEngine(model, cfg, mode="nvfp4", capture=c, device=device) for c in arms}
+    scheds, routing, times = {}, {c: _RoutingLog() for c in arms}, {c: [] for c in arms}
+    sp = SamplingParams(temperature=1.0, max_new_tokens=budget, ignore_eos=True)
+    try:
+        for c, e in engines.items():
+            fill_cache_randomly(e.cache, args.seed)
+            e.reserve_guidance(batch * (budget - context_len))
+            scheds[c] = synthetic_running(e, batch, context_len, budget, args.seed)
+
+        def run(c: str, n: int) -> list[float]:
+            out = []
+            for _ in range(n):
+                stats = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0, "decode_tokens": 0}
+                engines[c]._step(scheds[c], sp, args.seed, set(), routing[c], stats)
+                out.append(stats["decode_s"])
+            return out
+
+        for c in arms:
+            run(c, warmup)  # graph capture of the bucket
+        per_round = []
+        for r in range(rounds):
+            med = {}
+            for c in (arms if r % 2 == 0 else arms[::-1]):
+                t = run(c, steps)
+                times[c] += t
+                med[c] = statistics.median(t)
+            per_round.append(med["compact"] / med["off"] - 1)
+        guidance_sink(engines["compact"]).finalize()
+    finally:
+        for c, sch in scheds.items():
+            for seq in list(sch.running):
+                sch.retire(seq)
+        if "compact" in engines:
+            guidance_sink(engines["compact"]).clear()
+    off, on = (1e3 * statistics.median(times[c]) for c in arms)
+    row = {"batch": batch, "context_len": context_len, "rounds": rounds, "steps_per_round": steps,
+           "step_ms_off": off, "step_ms_compact": on, "capture_cost": on / off - 1,
+           "round_costs": per_round, "round_cost_median": statistics.median(per_round),
+           "round_cost_min": min(per_round), "round_cost_max": max(per_round)}
+    del engines
+    free_device_memory()
+    return row
+
+
+def capture_ab_generate(model, args, batch: int, prompt_len: int, new_tokens: int, device) -> dict:
+    """Whole generate calls (prefill, decode, guidance finalize) alternating between an nvfp4 engine
+    without and with compact capture, --ab-generate-rounds each: what capture costs a rollout batch
+    end to end, including moving the prefill's guidance and building the tables."""
+    cfg = EngineConfig(block_size=args.block_size, max_num_seqs=batch, max_model_len=prompt_len + new_tokens,
+                       max_num_batched_tokens=max(args.max_batched_tokens, prompt_len), cuda_graphs=True)
+    arms = ("off", "compact")
+    engines = {c: RolloutEngine(model, cfg, mode="nvfp4", capture=c, device=device) for c in arms}
+    prompts = random_prompts(batch, prompt_len, model.config.vocab_size, args.seed)
+    sp = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, ignore_eos=True)
+    for e in engines.values():
+        e.reserve_guidance(batch * (prompt_len + new_tokens))
+        e.generate(prompts, SamplingParams(max_new_tokens=3, ignore_eos=True), seed=1)  # warm-up
+    runs = {c: [] for c in arms}
+    for r in range(args.ab_generate_rounds):
+        for c in (arms if r % 2 == 0 else arms[::-1]):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            out = engines[c].generate(prompts, sp, seed=args.seed)
+            wall = time.perf_counter() - t0
+            st = out.stats
+            runs[c].append({"wall_s": wall, "prefill_s": st["prefill_s"], "decode_s": st["decode_s"],
+                            "rest_s": wall - st["prefill_s"] - st["decode_s"]})
+            del out
+    med = {c: {k: statistics.median(x[k] for x in runs[c]) for k in runs[c][0]} for c in arms}
+    row = {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens, "rounds": args.ab_generate_rounds,
+           "off": med["off"], "compact": med["compact"], "runs": runs,
+           "decode_cost": med["compact"]["decode_s"] / med["off"]["decode_s"] - 1,
+           "prefill_cost": med["compact"]["prefill_s"] / med["off"]["prefill_s"] - 1,
+           "wall_cost": med["compact"]["wall_s"] / med["off"]["wall_s"] - 1}
+    del engines
+    free_device_memory()
+    return row
 
 
 def summarize(rows: list[dict]) -> list[str]:
@@ -213,6 +451,20 @@ def main(argv=None) -> dict:
                    help="comma-separated mode:capture:graphs|eager[:nokv] (nokv: torch paged attention in nvfp4)")
     p.add_argument("--refit-iters", type=int, default=5)
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds; skip arms once spent (0: none)")
+    p.add_argument("--long-outputs", default="",
+                   help="comma-separated output lengths (e.g. 32768,131072): per --long-arms arm, the decode-step "
+                        "time at the start, middle and end of a generation that long (synthetic prefilled context)")
+    p.add_argument("--long-prompt", type=int, default=1024, help="prompt length of the --long-outputs generations")
+    p.add_argument("--long-steps", type=int, default=24, help="timed decode steps per point")
+    p.add_argument("--long-arms", default="bf16:off,nvfp4:off,nvfp4:compact", help="comma-separated mode:capture")
+    p.add_argument("--capture-ab", default="",
+                   help="comma-separated BATCH:CONTEXT: paired decode-step cost of compact capture (two engines, "
+                        "interleaved rounds; synthetic context)")
+    p.add_argument("--capture-ab-generate", default="",
+                   help="comma-separated BATCH:PROMPT:NEW: paired whole-generate cost of compact capture")
+    p.add_argument("--ab-rounds", type=int, default=8)
+    p.add_argument("--ab-steps", type=int, default=8, help="decode steps per engine per round")
+    p.add_argument("--ab-generate-rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON output path")
     args = p.parse_args(argv)
@@ -229,7 +481,7 @@ def main(argv=None) -> dict:
         model = MoEForCausalLM(load_preset(args.preset)).to(torch.bfloat16)
     model.init_weights(seed=args.seed)
     rows, skipped = [], []
-    for prompt_len in [int(x) for x in args.prompt_lens.split(",")]:
+    for prompt_len in [int(x) for x in args.prompt_lens.split(",") if x]:
         for arm in args.arms.split(","):
             mode, capture, graphs, *rest = arm.split(":")
             if args.time_budget and time.perf_counter() - start > args.time_budget:
@@ -238,6 +490,7 @@ def main(argv=None) -> dict:
             r = run_fitting(model, args, mode, capture, graphs == "graphs", prompt_len, device,
                             kv_kernels="nokv" not in rest)
             rows.append(r)
+            save(args, rows, [], [], skipped, start)
             kv = "kv-kernels" if r["kv_kernels"] else "torch-attn"
             print(f"prompt {prompt_len:5d} {mode:5s} {capture:7s} {graphs:6s} [{r['backend']}, {kv}] batch {r['batch']:4d}: "
                   f"decode {r['decode_tokens_per_s']:9.0f} tok/s ({r['decode_step_ms']:.2f} ms/step, "
@@ -247,10 +500,49 @@ def main(argv=None) -> dict:
                      if "guidance_bytes" in r else "")
                   + (f", refit {r['refit_s_per_gb']:.4f} s/GB (kernels {r['refit_kernel_s_per_gb']:.4f})"
                      if "refit_s_per_gb" in r else ""), flush=True)
-    summary = summarize(rows)
+    long_rows = []
+    for output_len in [int(x) for x in args.long_outputs.split(",") if x]:
+        for arm in args.long_arms.split(","):
+            mode, capture = arm.split(":")
+            if args.time_budget and time.perf_counter() - start > args.time_budget:
+                skipped.append(f"long {arm}@{output_len}")
+                continue
+            r = run_long(model, args, mode, capture, output_len, device)
+            long_rows.append(r)
+            save(args, rows, long_rows, [], skipped, start)
+            pts = ", ".join(f"L={p['context_len']}: {p['step_ms']:.2f} ms" for p in r["points"])
+            print(f"long output {output_len:6d} {mode:5s} {capture:7s} batch {r['batch']:4d}: {pts}; "
+                  f"whole generation {r['generation_decode_tokens_per_s']:9.0f} tok/s "
+                  f"(~{r['generation_decode_s_estimate']:.0f} s of decode)", flush=True)
+    ab_rows = []
+    for item in [x for x in args.capture_ab.split(",") if x]:
+        batch, context = (int(v) for v in item.split(":"))
+        r = capture_ab_decode(model, args, batch, context, device)
+        ab_rows.append({"kind": "decode", **r})
+        save(args, rows, long_rows, [], skipped, start, ab_rows)
+        print(f"capture A/B decode batch {batch} context {context}: {r['step_ms_off']:.3f} -> {r['step_ms_compact']:.3f} ms "
+              f"per step, cost {100 * r['capture_cost']:.1f}% (per round: median {100 * r['round_cost_median']:.1f}%, "
+              f"{100 * r['round_cost_min']:.1f}% .. {100 * r['round_cost_max']:.1f}%)", flush=True)
+    for item in [x for x in args.capture_ab_generate.split(",") if x]:
+        batch, prompt, new = (int(v) for v in item.split(":"))
+        r = capture_ab_generate(model, args, batch, prompt, new, device)
+        ab_rows.append({"kind": "generate", **r})
+        save(args, rows, long_rows, [], skipped, start, ab_rows)
+        o, c = r["off"], r["compact"]
+        print(f"capture A/B generate batch {batch} prompt {prompt} new {new}: decode {o['decode_s']:.3f} -> "
+              f"{c['decode_s']:.3f} s ({100 * r['decode_cost']:+.1f}%), prefill {o['prefill_s']:.3f} -> {c['prefill_s']:.3f} s "
+              f"({100 * r['prefill_cost']:+.1f}%), wall {o['wall_s']:.3f} -> {c['wall_s']:.3f} s ({100 * r['wall_cost']:+.1f}%; "
+              f"finalize and host work {o['rest_s']:.3f} -> {c['rest_s']:.3f} s)", flush=True)
+    summary = summarize(rows) + summarize_long(long_rows)
     print("\n".join(summary))
     if skipped:
         print(f"skipped (time budget): {', '.join(skipped)}")
+    return save(args, rows, long_rows, summary, skipped, start, ab_rows)
+
+
+def save(args, rows, long_rows, summary, skipped, start, ab_rows=()) -> dict:
+    """The JSON report (also written after every arm, so a run cut short keeps what it measured)."""
+    device = torch.device(args.device)
     result = {
         "benchmark": "bench_rollout",
         "device": torch.cuda.get_device_name(device),
@@ -260,7 +552,7 @@ def main(argv=None) -> dict:
         "torch": torch.__version__,
         "preset": args.preset, "dtype": "bfloat16",
         "args": {k: v for k, v in vars(args).items()},
-        "results": rows, "summary": summary, "skipped": skipped,
+        "results": rows, "long_outputs": long_rows, "capture_ab": list(ab_rows), "summary": summary, "skipped": skipped,
         "total_s": time.perf_counter() - start,
     }
     if args.out:

@@ -10,7 +10,10 @@ becomes one multiply), so the static SASS is close to what each thread executes.
 are fixed per mode: "plain" (no guidance bits / BF16 operand / counters / rollout codes),
 "counters" (guided: counters only), "outputs" (quantize: bits + BF16 operand), "all".
 Instructions per element: quantize = whole kernel / elements per thread; guided = the difference
-between 4 and 2 slots per thread / 16 elements (per-element cost without the fixed part).
+between 4 and 2 slots per thread / the elements of 2 slots (16; 32 for guided v3, whose slot is a
+whole block): the per-element cost without the fixed part. The software-pipelined guided v4 unrolls
+its loop body twice (two register sets in turn) and counts the difference between 2 slots and 1
+over both bodies (2 x 16 elements).
 cuobjdump needs nvdisasm beside it (or on PATH); CUDA's pip wheels nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm carry both (unzip them anywhere; do not install into the project's venv).
 """
@@ -40,6 +43,7 @@ COLD_PATHS = [
     ("__device__ __forceinline__ bool fast_divisible(float x) {",
      "__device__ __forceinline__ bool fast_divisible(float x) { return true;"),
     ("__fdiv_rn(", "__fmul_rn("),
+    ("const bool fast = c.ok && d != 0.f && !(nonfinite & 0x80008000u);", "const bool fast = true;"),  # guided v3
 ]
 OPTIONAL = ("dequant", "mantissa_bits", "counters", "rollout_codes")
 MODE_ON = {"plain": (), "counters": ("counters",), "outputs": ("dequant", "mantissa_bits"), "all": OPTIONAL}
@@ -87,15 +91,15 @@ def main(argv=None) -> int:
     includes = {mode: [f"-I{hot_path_headers(mode, work / f'include_{mode}')}"] for mode in MODE_ON}
     shipped = compiler.include_flags(quantize.spec(args.dtype, args.d))
 
-    def per_element(spec, mode, slots_param=None, elements=None):
+    def per_element(spec, mode, slots_param=None, elements=None, slot_elements=8, slot_pair=(2, 4), bodies=1):
         if slots_param is None:
             return compile_spec(spec, includes[mode], work, args.cuobjdump)[1] / elements
         counts = []
-        for slots in (2, 4):  # the slot difference drops the fixed per-thread part
+        for slots in slot_pair:  # the slot difference drops the fixed per-thread part
             variant = dataclasses.replace(spec, name=f"{spec.name}_s{slots}",
                                           params={**spec.params, slots_param: slots})
             counts.append(compile_spec(variant, includes[mode], work, args.cuobjdump)[1])
-        return (counts[1] - counts[0]) / 16
+        return (counts[1] - counts[0]) / ((slot_pair[1] - slot_pair[0]) * slot_elements * bodies)
 
     print(f"{'kernel':48s} {'regs':>4s} {'spill':>5s} {'stack':>5s}  hot-path SASS per element")
     for v in quantize.VARIANTS:
@@ -109,7 +113,10 @@ def main(argv=None) -> int:
     for v in guided_fake_quantize.VARIANTS:
         spec = guided_fake_quantize.spec(args.dtype, args.d, v)
         report, _ = compile_spec(spec, shipped, work, None)
-        cells = {mode: per_element(spec, mode, slots_param="slots") for mode in ("plain", "counters", "all")}
+        slot_elements = spec.launch["elements_per_unit"]
+        pipelined = {"slot_pair": (1, 2), "bodies": 2} if v == "v4" else {}
+        cells = {mode: per_element(spec, mode, slots_param="slots", slot_elements=slot_elements, **pipelined)
+                 for mode in ("plain", "counters", "all")}
         print(f"{spec.name:48s} {report.registers:4d} {report.spill_stores:5d} {report.stack_frame:5d}  "
               + "  ".join(f"{ {'plain': 'compact', 'counters': 'compact+counters', 'all': 'full+counters'}[m]} {x:.1f}"
                           for m, x in cells.items()))

@@ -182,8 +182,12 @@ def test_kernel_names_and_shapes():
     assert decode_attention.spec("bf16", 64, 4, 128, 64).launch["head_groups"] == 2  # GQA 16: two CTAs per kv head
     mma2 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma2")  # tokens as MMA rows, <= 8 heads per CTA
     assert mma2.name == "decode_attention_nvfp4_mma2_hq64_hkv4_d128_p16_sm90a" and mma2.launch["head_groups"] == 2
-    with pytest.raises(ValueError, match="NVFP4 pages only"):
-        decode_attention.spec("bf16", 32, 4, 128, 16, "mma2")
+    mma3 = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3")  # mma2's math, page-run loader, lazy rescale
+    assert mma3.name == "decode_attention_nvfp4_mma3_hq32_hkv4_d128_p16_sm90a" and mma3.launch["threads"] == 64
+    assert "decode_attention_mma3<Config>" in mma3.render()
+    for variant in ("mma2", "mma3"):
+        with pytest.raises(ValueError, match="NVFP4 pages only"):
+            decode_attention.spec("bf16", 32, 4, 128, 16, variant)
     with pytest.raises(ValueError, match="power of two"):
         decode_attention.spec("nvfp4", 24, 4, 128, 16)
     with pytest.raises(ValueError, match="head_dim"):
@@ -191,6 +195,30 @@ def test_kernel_names_and_shapes():
     for preset in shapes.PRESETS.values():
         for s in decode_attention.specs_for_shape(preset) + kv_codegen.specs_for_shape(preset):
             assert s.render() == s.render() and s.name in s.render()
+
+
+def test_mma2_sweep_configurations():
+    """mma2 / mma3 occupancy configurations: named apart, the plain variants render as before."""
+    from trace_kernels.codegen.ops import decode_attention
+    default = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2")
+    assert "__launch_bounds__(Config::kThreads) " in default.render()  # no min-blocks argument
+    assert default.launch["tile_tokens"] == 64 and default.launch["stages"] == 3
+    w4 = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2_w4s2b4h4")
+    assert w4.name == "decode_attention_nvfp4_mma2_w4s2b4h4_hq32_hkv4_d128_p16_sm90a"
+    launch = w4.launch
+    assert (launch["threads"], launch["tile_tokens"], launch["stages"], launch["head_groups"]) == (128, 128, 2, 2)
+    src = w4.render()
+    assert "__launch_bounds__(Config::kThreads, 4)" in src and "/*WARPS=*/4, /*STAGES=*/2" in src
+    assert "decode_attention_mma3<Config>" in decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3_w1s3").render()
+    for variant in decode_attention.MMA2_SWEEP_VARIANTS:
+        for shape in decode_attention.MMA2_SWEEP_TEST_SHAPES:
+            assert variant in decode_attention.spec("nvfp4", *shape, variant).name
+    for bad, match in (("mma2_w4s3", "shared memory"), ("mma2_w8s2", "warps"), ("mma2_w2s2h3", "heads"),
+                       ("mma2_w2", "variant")):
+        with pytest.raises(ValueError, match=match):
+            decode_attention.spec("nvfp4", 32, 4, 128, 16, bad)
+    with pytest.raises(ValueError, match="NVFP4 pages only"):
+        decode_attention.spec("bf16", 32, 4, 128, 16, "mma2_w1s2")
 
 
 @pytest.mark.nvcc
@@ -201,7 +229,7 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     from trace_kernels.jit import compiler
     nvcc = compiler.find_nvcc()
     specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16), decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2"),
-             kv_codegen.spec("nvfp4", 4, 128)]
+             decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3"), kv_codegen.spec("nvfp4", 4, 128)]
 
     def build(spec):
         src = tmp_path / f"{spec.name}.cu"

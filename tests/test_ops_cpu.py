@@ -215,3 +215,165 @@ def test_guided_v2_full_choice_and_counters_match_the_definition():
             assert torch.equal(changed, chosen_signed.abs() != nearest)
             assert torch.equal(guided_eq, chosen_signed == rollout)
             assert torch.equal(nearest_eq, (-nearest if y_negative else nearest) == rollout)
+
+
+# ---------------------------------------------------------------------------------------------
+# guided v3: the threshold construction, packed search and selection of guided_pair_v3
+# (cuda/include/trace_kernels/guided_fake_quantize.cuh), ported to integers and checked on every
+# BF16 bit pattern against trace_kernels.nvfp4 for a set of block steps d.
+# ---------------------------------------------------------------------------------------------
+from fractions import Fraction  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+_EXP = 0x80  # x2 on a BF16 bit pattern
+
+
+def _f32(v) -> np.float32:
+    return np.float32(v)
+
+
+def _directed32(q: Fraction, up: bool) -> np.float32:
+    """RU / RD of an exact positive rational to FP32 (what __fmaf_ru / __fmaf_rd return)."""
+    f = _f32(float(q))
+    while Fraction(float(f)) > q:
+        f = np.nextafter(f, _f32(0))
+    while Fraction(float(np.nextafter(f, _f32(np.inf)))) <= q:
+        f = np.nextafter(f, _f32(np.inf))
+    return f if (not up or Fraction(float(f)) == q) else np.nextafter(f, _f32(np.inf))
+
+
+def _ru16(f: np.float32) -> int:
+    b = int(np.array(f, dtype=np.float32).view(np.uint32))
+    return (b >> 16) + (1 if b & 0xFFFF else 0)
+
+
+def _rn16(f: np.float32) -> int:
+    return int(torch.tensor(float(f), dtype=torch.float32).to(torch.bfloat16).view(torch.int16)) & 0xFFFF
+
+
+def _succ32(f: np.float32) -> np.float32:
+    return np.array(int(np.array(f, dtype=np.float32).view(np.uint32)) + 1, dtype=np.uint32).view(np.float32)
+
+
+def _v3_block_constants(d: np.float32):
+    """guided_block_v3<__nv_bfloat16>: 16-bit A_j, B_j, outputs (with sign bits), midpoints."""
+    dq = Fraction(float(d))
+    a, b, out = [0] * 8, [0] * 7, [0] * 8
+    a[2] = _ru16(_directed32(dq - dq / 2**25, up=True))
+    a[3] = _ru16(_directed32(Fraction(3, 2) * dq - dq / 2**24, up=True))
+    b[2] = _ru16(_succ32(_directed32(dq + dq / 2**24, up=False)))
+    b[3] = _ru16(_succ32(_directed32(Fraction(3, 2) * dq + dq / 2**24, up=False)))
+    b[0] = 0x0001
+    out[2] = _rn16(d) | 0x8000
+    out[3] = _rn16(_f32(1.5) * d) | 0x8000
+    a[1], a[4], a[6], a[5], a[7] = a[2] - _EXP, a[2] + _EXP, a[2] + 2 * _EXP, a[3] + _EXP, a[3] + 2 * _EXP
+    b[1], b[4], b[6], b[5] = b[2] - _EXP, b[2] + _EXP, b[2] + 2 * _EXP, b[3] + _EXP
+    out[1], out[4], out[6], out[5], out[7] = (out[2] - _EXP, out[2] + _EXP, out[2] + 2 * _EXP, out[3] + _EXP,
+                                              out[3] + 2 * _EXP)
+    # e2m1_thresholds: ties up at .75, 1.75, 3.5 (RU(t - h) d); ties stay at .25, 1.25, 2.5, 5
+    mids = []
+    for t, h, up in [(Fraction(1, 4), 2**-26, False), (Fraction(3, 4), 2**-25, True), (Fraction(5, 4), 2**-24, False),
+                     (Fraction(7, 4), 2**-24, True), (Fraction(5, 2), 2**-23, False), (Fraction(7, 2), 2**-23, True),
+                     (Fraction(5), 2**-22, False)]:
+        exact = t * dq - Fraction(h) * dq if up else t * dq + Fraction(h) * dq
+        mids.append(_ru16(_directed32(exact, True) if up else _succ32(_directed32(exact, False))))
+    return a, b, out, mids
+
+
+def _bf16_value(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _v3_pair_lane(w: np.ndarray, g4, g2_of, g3_of, consts):
+    """guided_pair_v3 on one 16-bit lane: w uint16 [N]; g*: guidance masks (callables of the search
+    state for full guidance). Returns (output bits, k masks, n0)."""
+    a_t, b_t, out_t, mids = consts
+    a = _bf16_value(w & 0x7FFF)
+    ge = lambda t: a >= _bf16_value(np.asarray(t, dtype=np.uint16))  # noqa: E731  HSET2: a >= t
+    sel = np.where
+    k2 = ge(sel(g4, b_t[3], a_t[4]))
+    g2 = g2_of(k2)
+    k1 = ge(sel(g2, sel(k2, b_t[5], b_t[1]), sel(k2, a_t[6], a_t[2])))
+    g3 = g3_of(k2, k1)
+    lower = sel(k2, sel(k1, b_t[6], b_t[4]), sel(k1, b_t[2], b_t[0]))
+    upper = sel(k2, sel(k1, a_t[7], a_t[5]), sel(k1, a_t[3], a_t[1]))
+    k0 = ge(sel(g3, lower, upper))
+    value = sel(k2, sel(k1, sel(k0, out_t[7], out_t[6]), sel(k0, out_t[5], out_t[4])),
+                sel(k1, sel(k0, out_t[3], out_t[2]), sel(k0, out_t[1], 0)))
+    n2 = ge(mids[3])
+    n1 = ge(sel(n2, mids[5], mids[1]))
+    n0 = ge(sel(n2, sel(n1, mids[6], mids[4]), sel(n1, mids[2], mids[0])))
+    out = value.astype(np.uint32) & (w.astype(np.uint32) | 0x7FFF)
+    return out.astype(np.uint16), (k2, k1, k0), (g4, g2, g3), n0
+
+
+# (e4m3 byte, row scale): normal and subnormal block scales, d at both ends of v3's exact range
+_V3_STEPS = [(0x38, 1.0), (0x7E, 0.01234), (0x01, 0.37), (0x05, 3.1e-5), (0x30, 2.0**-40), (0x4C, 1.7e-3),
+             (0x7E, 290.5), (0x38, 2.0**-100), (0x08, 2.0**-91), (0x7E, 292.57), (0x3B, 0.1), (0x57, 7.3e-8)]
+
+
+def _guided_reference_bf16(x: torch.Tensor, b: int, s: float, bits=None, code=None):
+    """Output bits, guided signed index and nearest signed index from trace_kernels.nvfp4."""
+    rows = x.shape[0]
+    block_scales = torch.full((rows, 1), b, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    scale = torch.full((rows,), s, dtype=torch.float32)
+    if bits is not None:
+        guidance = nvfp4.Guidance(scale, block_scales, torch.full((rows, 2), 0xFF * bits, dtype=torch.uint8), None)
+    else:
+        guidance = nvfp4.Guidance(scale, block_scales, None, torch.full((rows, 8), code | code << 4, dtype=torch.uint8))
+    out = nvfp4.guided_fake_quantize(x, guidance).view(torch.int16).numpy().astype(np.uint16).reshape(-1)
+    guided = nvfp4.unpack_codes(nvfp4.guided_quantize(x, guidance).codes).reshape(-1).numpy()
+    d = (block_scales.to(torch.float32) * scale[:, None])
+    nearest = nvfp4.e2m1_round(x.to(torch.float32) / d).reshape(-1).numpy()
+    signed = lambda c: np.where(c & 8, -(c & 7).astype(np.int16), (c & 7).astype(np.int16))  # noqa: E731
+    return out, signed(guided), signed(nearest)
+
+
+def test_guided_v3_threshold_search_matches_the_reference_on_every_bf16():
+    w = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    finite = (w & 0x7F80) != 0x7F80
+    w = w[finite]
+    x = torch.from_numpy(w.astype(np.int16)).view(torch.bfloat16).reshape(-1, 16)  # [N/16, 16]
+    code_signed = lambda c: -(c & 7) if c & 8 else c & 7  # noqa: E731
+    for b, s in _V3_STEPS:
+        d = _f32(float(torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).float()) * _f32(s))
+        assert 2.0**-100 <= d < 2.0**17, "v3's fast path covers this step"
+        consts = _v3_block_constants(d)
+        for bit in (0, 1):
+            want_out, want_guided, want_nearest = _guided_reference_bf16(x, b, s, bits=bit)
+            g = np.full(w.shape, bit == 1)
+            out, _, (_, _, _), n0 = _v3_pair_lane(w, ~g, lambda k2: ~g, lambda k2, k1: g, consts)
+            assert np.array_equal(out, want_out), f"compact output, d={d}, bit={bit}"
+            k0 = _v3_pair_lane(w, ~g, lambda k2: ~g, lambda k2, k1: g, consts)[1][2]
+            assert np.array_equal(n0 != k0, want_guided != want_nearest), f"changed, d={d}, bit={bit}"
+        for code in range(16):
+            want_out, want_guided, want_nearest = _guided_reference_bf16(x, b, s, code=code)
+            byte = (code << 4) & 0xF0
+            z = ((byte << 8) | byte) ^ (w & 0x8000)  # guided_block_v3's prmt for a low lane
+            z_value = _bf16_value(z.astype(np.uint16))
+            ge_j = lambda j: z_value >= _bf16_value(np.uint16(j << 12))  # noqa: E731
+            j2_of = lambda k2: np.where(k2, 6, 2)  # noqa: E731
+            out, (k2, k1, k0), (g4, g2, g3), n0 = _v3_pair_lane(
+                w, ge_j(4), lambda k2: ge_j(j2_of(k2)), lambda k2, k1: ge_j(j2_of(k2) - 1 + 2 * k1), consts)
+            assert np.array_equal(out, want_out), f"full output, d={d}, code={code}"
+            changed = n0 != k0
+            guided_eq = (z_value >= _bf16_value(np.uint16(0x8FFF))) & ~((k2 ^ g4) | (k1 ^ g2) | (k0 ^ g3))
+            assert np.array_equal(changed, want_guided != want_nearest), f"changed, d={d}, code={code}"
+            assert np.array_equal(guided_eq, want_guided == code_signed(code)), f"guided_eq, d={d}, code={code}"
+            assert np.array_equal(guided_eq & ~changed, want_nearest == code_signed(code)), f"nearest_eq, d={d}"
+
+
+def test_pipelined_variants_specs_and_sources():
+    """guided v4: its own header and persistent launch geometry; the other variants' sources do not
+    include it (their generated code is unchanged)."""
+    from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
+    from trace_kernels.codegen.ops import quantize as codegen_quantize
+    g4 = codegen_guided.spec("bf16", 2048, "v4")
+    assert g4.launch["elements_per_unit"] == 16 and g4.launch["units_per_cta"] == 256 * codegen_guided.V4_SLOTS
+    assert '#include "trace_kernels/guided_fake_quantize_v4.cuh"' in g4.render()
+    for spec in [codegen_quantize.spec("bf16", 2048, v) for v in codegen_quantize.VARIANTS] + \
+            [codegen_guided.spec("bf16", 2048, v) for v in ("v1", "v2", "v3")]:
+        source = spec.render()
+        assert "_v4.cuh" not in source and "ctas_per_sm" not in spec.params
+        assert source.startswith("// Generated by") and source.endswith("}\n")

@@ -118,9 +118,12 @@ class _DecodeParams(ctypes.Structure):  # trace_kernels::DecodeParams
 
 
 MAX_SPLITS = 256
-# decode kernel per page format: "simt" (FP32 CUDA cores) or "mma" (tensor cores); docs/kv_cache.md.
-# mma: both passed every GPU test and were 1.6-2x faster than simt on the H200 (2026-11-29 run).
-DEFAULT_NVFP4_VARIANT = "mma"
+# decode kernel per page format: "simt" (FP32 CUDA cores), "mma" (tensor cores, q heads as MMA rows),
+# "mma2" / "mma3" (NVFP4: tokens as MMA rows); docs/kv_cache.md. bf16: mma, 1.6-2x simt on the H200;
+# nvfp4: mma2 with 2 warps and 2 stages ("mma2_w2s2"): in the same-run occupancy sweep of 2026-11-29
+# (profiling/run_gpu_checks_attention_sweep.sh) 1.15-1.18x the first mma2 config (2 warps, 3 stages)
+# and within 3% of the best at every case; mma2 was 1.6-1.9x mma. Every GPU test passed.
+DEFAULT_NVFP4_VARIANT = "mma2_w2s2"
 DEFAULT_BF16_VARIANT = "mma"
 
 
@@ -248,7 +251,9 @@ def decode_attention(q: torch.Tensor, k_cache, v_cache, block_table: torch.Tenso
     host (one sync) and raises on lengths beyond the table or pages outside the cache; pass False in
     CUDA graphs. num_splits overrides the split-KV plan (tests); by default it is chosen from the
     shapes (never from lengths, so a graph stays valid). variant picks the kernel ("simt", "mma", or
-    "mma2" for NVFP4 pages; defaults DEFAULT_NVFP4_VARIANT / DEFAULT_BF16_VARIANT).
+    "mma2" / "mma3" for NVFP4 pages, or one of their occupancy configurations such as "mma2_w1s2" (warps per
+    CTA, pipeline stages; codegen.ops.decode_attention.mma2_config); defaults DEFAULT_NVFP4_VARIANT /
+    DEFAULT_BF16_VARIANT).
     """
     geom = validate(q, k_cache, v_cache, block_table, lengths, check_values=check_values)
     if q.dtype != torch.bfloat16:

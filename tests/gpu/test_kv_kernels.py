@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from trace_kernels import attention, kv_cache, kv_testing, nvfp4
+from trace_kernels.codegen.ops import decode_attention as decode_attention_codegen
 from trace_kernels.kv_append import kv_append, kv_append_reference
 
 pytestmark = pytest.mark.gpu
@@ -105,7 +106,9 @@ def _decode_case(cache_format, lengths, hq, hkv, d, p):
     return case, k_dev, v_dev
 
 
-KERNELS = [("nvfp4", "simt"), ("nvfp4", "mma"), ("nvfp4", "mma2"), ("bf16", "simt"), ("bf16", "mma")]
+KERNELS = [("nvfp4", "simt"), ("nvfp4", "mma"), ("nvfp4", "mma2"), ("nvfp4", "mma3"), ("bf16", "simt"),
+           ("bf16", "mma")]
+NVFP4_VARIANTS = ["simt", "mma", "mma2", "mma3"]
 
 
 @pytest.mark.parametrize("num_splits", [None, 1, 3])
@@ -120,15 +123,15 @@ def test_decode_attention_matches_reference(cache_format, variant, lengths, hq, 
     assert torch.isfinite(out).all()
     err = (out - ref).abs()
     # FP32 in both, different summation order; each then rounded to BF16 (one ulp = 2^-8 relative).
-    # mma, mma2: the softmax weights enter the P.V product in FP16 (NVFP4, 2^-11) / BF16 (2^-8) each.
-    slack = {"simt": 1e-4, "mma": 2e-3, "mma2": 2e-3}[variant] * (4 if (cache_format, variant) == ("bf16", "mma") else 1)
+    # mma, mma2, mma3: the softmax weights enter the P.V product in FP16 (NVFP4, 2^-11) / BF16 (2^-8) each.
+    slack = {"simt": 1e-4, "mma": 2e-3, "mma2": 2e-3, "mma3": 2e-3}[variant] * (4 if (cache_format, variant) == ("bf16", "mma") else 1)
     bound = ref.abs() * 2**-7 + slack * ref.abs().amax(dim=-1, keepdim=True)
     assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
     rel = float((out - ref).norm() / ref.norm())
     assert rel < (6e-3 if (cache_format, variant) == ("bf16", "mma") else 3e-3), rel
 
 
-@pytest.mark.parametrize("variant", ["simt", "mma", "mma2"])
+@pytest.mark.parametrize("variant", NVFP4_VARIANTS)
 def test_decode_attention_vs_naive_fp64_and_softmax_scale(variant):
     case, k_dev, v_dev = _decode_case("nvfp4", [2500, 1, 77], 32, 4, 128, 16)
     out = attention.decode_attention(case.q.to(DEV), k_dev, v_dev, case.block_table.to(DEV), case.lengths.to(DEV),
@@ -136,6 +139,78 @@ def test_decode_attention_vs_naive_fp64_and_softmax_scale(variant):
     ref = kv_testing.naive_attention_fp64(case, softmax_scale=0.05)
     rel = float((out.cpu().double() - ref).norm() / ref.norm())
     assert rel < 3e-3, rel
+
+
+@functools.lru_cache(maxsize=1)
+def _growing_scores_case(lengths, hq, hkv, d, p, seed):
+    """K magnitudes grow ~200x along each sequence, so a tile's max score often exceeds the running
+    max by far more than 2^8 (the rescale path of every variant, mma3's lazy one included), plus
+    special rows: zero K and V rows, a V row scaled by 1e-30, one by 1e6, a K row scaled by 1e-30."""
+    lengths = list(lengths)
+    case = kv_testing.make_case(lengths, hq, hkv, d, p, "nvfp4", seed=seed, fill=False)
+    g = torch.Generator().manual_seed(seed + 1)
+    for i, n in enumerate(lengths):
+        growth = torch.exp(torch.linspace(-2.5, 2.8, n))[:, None, None]  # [n, 1, 1]
+        k = (torch.randn(n, hkv, d, generator=g) * growth).to(torch.bfloat16)
+        v = kv_testing.random_rows(n, hkv, d, g)
+        for row, (kf, vf) in zip((n // 3, n // 2, (2 * n) // 3, n - 1), ((0.0, 0.0), (1.0, 1e-30), (1e-30, 1e6),
+                                                                       (1.0, 1.0))):
+            k[row] = (k[row].float() * kf).to(torch.bfloat16)
+            v[row] = (v[row].float() * vf).to(torch.bfloat16)
+        case.k[i], case.v[i] = k, v
+    from trace_kernels.kv_append import kv_append_reference
+    kv_append_reference(case.k_all, case.v_all, case.slot_mapping, case.k_cache, case.v_cache)
+    return case
+
+
+@pytest.mark.parametrize("num_splits", [None, 1])
+@pytest.mark.parametrize("variant", NVFP4_VARIANTS)
+def test_decode_attention_growing_scores_and_special_rows(variant, num_splits):
+    case = _growing_scores_case((3000, 700, 5, 129), 32, 4, 128, 16, seed=11)
+    k_dev, v_dev = kv_testing.pages_to(case.k_cache, DEV), kv_testing.pages_to(case.v_cache, DEV)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
+    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
+    assert torch.isfinite(out).all()
+    err = (out - ref).abs()
+    bound = ref.abs() * 2**-7 + {"simt": 1e-4}.get(variant, 2e-3) * ref.abs().amax(dim=-1, keepdim=True)
+    assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+
+
+SWEEP_CASES = [  # lengths, Hq, Hkv, D, P: one per MMA2_SWEEP_TEST_SHAPES
+    ([20000, 7, 3333], 32, 4, 128, 16),      # long, GQA 8 (the benchmark's shape)
+    ([513, 20], 64, 4, 128, 16),             # GQA 16: two CTAs per kv head
+    ([1000, 48, 2], 8, 1, 64, 64),           # GQA 8, D 64
+]
+
+
+@pytest.mark.parametrize("num_splits", [None, 3])
+@pytest.mark.parametrize("lengths,hq,hkv,d,p", SWEEP_CASES)
+@pytest.mark.parametrize("variant", decode_attention_codegen.MMA2_SWEEP_VARIANTS)
+def test_sweep_config_matches_reference(variant, lengths, hq, hkv, d, p, num_splits):
+    """The occupancy configurations of mma2 / mma3 (warps, stages) compute what the default does."""
+    case, k_dev, v_dev = _decode_case("nvfp4", lengths, hq, hkv, d, p)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
+    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
+    assert torch.isfinite(out).all()
+    err = (out - ref).abs()
+    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
+    assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+    assert float((out - ref).norm() / ref.norm()) < 3e-3
+
+
+@pytest.mark.parametrize("variant", decode_attention_codegen.MMA2_SWEEP_VARIANTS)
+def test_sweep_config_growing_scores(variant):
+    """The rescale paths (eager and mma3's lazy one) at each configuration's tile size."""
+    case = _growing_scores_case((3000, 700, 5, 129), 32, 4, 128, 16, seed=11)
+    k_dev, v_dev = kv_testing.pages_to(case.k_cache, DEV), kv_testing.pages_to(case.v_cache, DEV)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    out = attention.decode_attention(q, k_dev, v_dev, table, lens, variant=variant).float()
+    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
+    assert torch.isfinite(out).all()
+    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
+    assert ((out - ref).abs() <= bound).all()
 
 
 def test_decode_attention_cuda_graph():

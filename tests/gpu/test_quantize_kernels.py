@@ -178,6 +178,20 @@ def test_guided_grid_edges(guided_variant, mode):
     assert counters.cpu().tolist() == reference_counters(x, guidance).tolist()
 
 
+@pytest.mark.parametrize("mode", ["compact", "full"])
+@pytest.mark.parametrize("rows,d,grid", [(33, 768, 2), (9, 4096, 1)])
+def test_guided_persistent_passes(guided_variant, monkeypatch, mode, rows, d, grid):
+    """A capped grid: each CTA of a persistent variant takes several passes, the last one partial."""
+    monkeypatch.setattr(importlib.import_module("trace_kernels.ops.guided_fake_quantize"), "GRID_LIMIT", grid)
+    x_r = make_input(rows, d, torch.bfloat16, seed=rows * 3 + d)
+    guidance = nvfp4.make_guidance(ops.quantize(x_r).q, mode)
+    x_t = trainer_view(x_r, seed=d + 1)
+    out, counters = ops.guided_fake_quantize(x_t, guidance, return_counters=True)
+    guidance_cpu = guidance.to("cpu")
+    assert_same_bits(out, nvfp4.guided_fake_quantize(x_t.cpu(), guidance_cpu), "guided output")
+    assert counters.cpu().tolist() == reference_counters(x_t.cpu(), guidance_cpu).tolist()
+
+
 def test_guided_tensor_scale_guidance_and_grad(guided_variant):
     x_r = make_input(6, 128, torch.bfloat16, seed=3)
     guidance = nvfp4.make_guidance(nvfp4.quantize(x_r, scale="tensor"), "compact")

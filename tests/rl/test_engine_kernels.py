@@ -110,6 +110,25 @@ def test_guidance_layout_round_trip(model, mode):
             w = want[(layer, site, name)]
             assert v.dtype == (torch.int64 if name == "experts" else w.dtype)
             assert torch.equal(bytes_of(v), bytes_of(w)), (layer, site, name)
+    # put_rows writes a whole site in one copy: same bytes as the field-wise puts
+    rows_arena = layout.new_arena(N, "cpu").fill_(0xFF)
+    for layer, site in layout.tables:
+        w = {name: want[(layer, site, name)] for name in ("scale", "block_scales", "payload")}
+        if site == "moe_act":  # sorted rows [M] gathered into (token, slot) order
+            k = w["scale"].shape[1]
+            order = torch.randperm(N * k, generator=gen)
+            sorted_rows = {name: torch.empty(N * k, *v.shape[2:], dtype=v.dtype) for name, v in w.items()}
+            for name, v in w.items():
+                byte_rows = lambda t: t.contiguous().view(torch.uint8).view(N * k, -1)
+                byte_rows(sorted_rows[name])[order] = byte_rows(v.reshape(N * k, *v.shape[2:]))
+            layout.put_rows(rows_arena, layer, site, *sorted_rows.values(), rows=order.view(N, k))
+            layout.put(rows_arena, layer, site, "experts", want[(layer, site, "experts")])
+        else:
+            layout.put_rows(rows_arena, layer, site, *w.values())
+    assert torch.equal(rows_arena, arena)
+    with pytest.raises(ValueError, match="bytes"):
+        layout.put_rows(rows_arena, 0, "k", want[(0, "k", "scale")], want[(0, "k", "block_scales")],
+                        want[(0, "k", "payload")][..., :-1])
     with pytest.raises(ValueError, match="expected"):
         layout.put(arena, 1, "moe_in", "scale", torch.zeros(N + 1))
     with pytest.raises(TypeError, match="dtype"):

@@ -146,8 +146,17 @@ __device__ __forceinline__ void load_tile_mma2(uint8_t* stage, const DecodeParam
   }
 }
 
-template <class Cfg>
-__device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
+// The kernel body. LoadTile stages one tile (load_tile_mma2 for mma2; mma3 passes its own). kLean
+// (mma3): (1) lazy rescaling: the running maxima move only when a tile's max exceeds them by more
+// than kLazyLog2, so most tiles skip the alpha / beta exponentials and the accumulator rescale; the
+// weights are then at most 2^kLazyLog2 (FP16 rounds them with the same relative error) and every
+// sum stays relative to the same stale max, which the end-of-CTA merge and the split output use
+// consistently; (2) one log2 of the V row scale per token (lane i of the warp, then shuffled)
+// instead of one in each of the 4 lanes that share a token row.
+constexpr float kLazyLog2 = 8.f;
+
+template <class Cfg, auto LoadTile, bool kLean>
+__device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& p) {
   using namespace mma_detail;
   using namespace mma2_detail;
   constexpr int D = Cfg::D, G = Cfg::G, TT = Cfg::TT;
@@ -218,14 +227,13 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
   float run_M[2] = {-FLT_MAX, -FLT_MAX};  // max of score + log2(s_v)
   float run_l[2] = {0.f, 0.f};            // this thread's part of sum 2^(score - m)
 
-  pipeline_prefetch<Cfg, load_tile_mma2<Cfg>>(smem, p, b, kv_head, range);
+  pipeline_prefetch<Cfg, LoadTile>(smem, p, b, kv_head, range);
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     {  // pipeline_next_stage's steps, written out: the call changes this kernel's SASS at D = 64
       const int next = tile + Cfg::STAGES - 1;
       if (next < num_tiles)
-        load_tile_mma2<Cfg>(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, pos_begin + next * TT,
-                            pos_end);
+        LoadTile(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, pos_begin + next * TT, pos_end);
       detail::cp_async_commit();
     }
     detail::cp_async_wait<Cfg::STAGES - 1>();
@@ -235,6 +243,10 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
     const float* v_scale = reinterpret_cast<const float*>(stage + Cfg::kOffVs);
     const int tile_pos = pos_begin + tile * TT;
     const int chunk = warp * Cfg::kTokensPerWarp;
+    float lane_lv = -CUDART_INF_F;  // kLean: log2 of the V row scale of token chunk + lane, -inf past the end
+    if constexpr (kLean) {
+      if (tile_pos + chunk + lane < pos_end) lane_lv = __log2f(v_scale[chunk + lane]);
+    }
 
     // ---- S^T for 2 blocks of 16 tokens: rows gid, gid + 8 = tokens; columns = heads 2 tig, 2 tig + 1
     float sc[2][4];
@@ -281,7 +293,11 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
         const int tok = chunk + 16 * u + 8 * r + gid;
         const bool valid = tile_pos + tok < pos_end;
         const float ks = k_scale[tok];
-        lv[u][r] = valid ? __log2f(v_scale[tok]) : -CUDART_INF_F;
+        if constexpr (kLean) {
+          lv[u][r] = __shfl_sync(0xffffffffu, lane_lv, 16 * u + 8 * r + gid);
+        } else {
+          lv[u][r] = valid ? __log2f(v_scale[tok]) : -CUDART_INF_F;
+        }
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const float s = sc[u][2 * r + c] * ks * head_scale[c];
@@ -291,35 +307,53 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
     }
 
     // ---- online softmax per head column over the warp's 32 tokens
-    float beta[2];
+    float beta[2] = {1.f, 1.f};
+    bool rescale = true;  // eager: every tile; lazy: only when a column's max grew by > kLazyLog2
     uint32_t pb[2][2];  // P^T B fragments per 16-token block: b0 (tokens 2 tig, +1), b1 (8 + 2 tig, +1)
     {
-      float w[2][4];  // numerator weights 2^(s + log2 sv - M)
+      float mx[2], Mx[2];  // this tile's column maxima of s and of s + log2 sv
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        float mx = -FLT_MAX, Mx = -FLT_MAX;
+        mx[c] = -FLT_MAX;
+        Mx[c] = -FLT_MAX;
 #pragma unroll
         for (int u = 0; u < 2; ++u)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            mx = fmaxf(mx, sc[u][2 * r + c]);
-            Mx = fmaxf(Mx, sc[u][2 * r + c] + lv[u][r]);
+            mx[c] = fmaxf(mx[c], sc[u][2 * r + c]);
+            Mx[c] = fmaxf(Mx[c], sc[u][2 * r + c] + lv[u][r]);
           }
-        const float m_new = fmaxf(run_m[c], column_max(mx));
-        const float M_new = fmaxf(run_M[c], column_max(Mx));
-        const float alpha = fast_exp2(run_m[c] - m_new);
-        beta[c] = fast_exp2(run_M[c] - M_new);
-        run_m[c] = m_new;
-        run_M[c] = M_new;
+        mx[c] = column_max(mx[c]);
+        Mx[c] = column_max(Mx[c]);
+      }
+      if constexpr (kLean) {
+        const bool grew = mx[0] > run_m[0] + kLazyLog2 || mx[1] > run_m[1] + kLazyLog2 ||
+                          Mx[0] > run_M[0] + kLazyLog2 || Mx[1] > run_M[1] + kLazyLog2;
+        rescale = __any_sync(0xffffffffu, grew);  // warp-uniform branch
+      }
+      if (rescale) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float m_new = fmaxf(run_m[c], mx[c]);
+          const float M_new = fmaxf(run_M[c], Mx[c]);
+          run_l[c] *= fast_exp2(run_m[c] - m_new);
+          beta[c] = fast_exp2(run_M[c] - M_new);
+          run_m[c] = m_new;
+          run_M[c] = M_new;
+        }
+      }
+      float w[2][4];  // numerator weights 2^(s + log2 sv - M)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
         float sum = 0.f;
 #pragma unroll
         for (int u = 0; u < 2; ++u)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            sum += fast_exp2(sc[u][2 * r + c] - m_new);
-            w[u][2 * r + c] = fast_exp2(sc[u][2 * r + c] + lv[u][r] - M_new);
+            sum += fast_exp2(sc[u][2 * r + c] - run_m[c]);
+            w[u][2 * r + c] = fast_exp2(sc[u][2 * r + c] + lv[u][r] - run_M[c]);
           }
-        run_l[c] = run_l[c] * alpha + sum;
+        run_l[c] += sum;
       }
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
@@ -327,12 +361,14 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
         pb[u][1] = movmatrix_trans(pack_f16x2(w[u][2], w[u][3]));  // token rows gid + 8 -> k 8 + 2 tig, +1
       }
     }
+    if (rescale) {
 #pragma unroll
-    for (int j = 0; j < Cfg::kMTiles; ++j) {
-      acc[j][0] *= beta[0];
-      acc[j][1] *= beta[1];
-      acc[j][2] *= beta[0];
-      acc[j][3] *= beta[1];
+      for (int j = 0; j < Cfg::kMTiles; ++j) {
+        acc[j][0] *= beta[0];
+        acc[j][1] *= beta[1];
+        acc[j][2] *= beta[0];
+        acc[j][3] *= beta[1];
+      }
     }
 
     // ---- O^T += V^T P^T: thread gid owns d in [(D/8) gid, (D/8)(gid + 1)) of tokens 2 tig, 2 tig + 1,
@@ -432,6 +468,11 @@ __device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
     store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
   }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void decode_attention_mma2(const DecodeParams& p) {
+  decode_attention_mma2_tiles<Cfg, load_tile_mma2<Cfg>, /*kLean=*/false>(p);
 }
 
 }  // namespace trace_kernels

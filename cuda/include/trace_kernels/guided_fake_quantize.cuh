@@ -11,11 +11,20 @@
 //     (guided_compact_bits / guided_full_bits below: floor, ceil and nearest as bit patterns, the
 //     range below 1 shifted onto [1, 2) with directed rounding), the Markstein range check once per
 //     half block instead of per element, the sign by an FMA with +0.
+// v3: no division and no per-element FP32 work for BF16/FP16: each thread takes whole 16-element
+//     blocks in a grid-stride (persistent) loop; per block, exact 16-bit thresholds on |x| and the
+//     8 possible outputs are computed once, then two elements per instruction are classified by a
+//     3-level packed search whose thresholds the guidance picks (see guided_pair_v3); counters
+//     are reduced per CTA (one atomic per counter per CTA). FP32 input and blocks outside the
+//     exact range take v2's per-element arithmetic.
 #pragma once
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "trace_kernels/nvfp4.cuh"
+#include "trace_kernels/quantize_epilogue.cuh"
 #include "trace_kernels/status.cuh"
 #include "trace_kernels/vec.cuh"
 
@@ -27,7 +36,7 @@ struct GuidedConfig {
   static constexpr int D = D_;
   static constexpr int CTA = CTA_;
   static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ == 1 || VARIANT_ == 2, "variants: 1, 2");
+  static_assert(VARIANT_ >= 1 && VARIANT_ <= 3, "variants: 1, 2, 3");
   static constexpr int kSlots = KSLOTS_;  // half blocks per thread
   static constexpr int kHalfBlocksPerRow = D / 8;
   static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
@@ -314,13 +323,377 @@ __device__ __forceinline__ void guided_fake_quantize_rows_v2(
   if (count) flush_counters(counters, n_elems, n_changed, n_guided_eq, n_nearest_eq);
 }
 
+// ---------------------------------------------------------------------------------------------
+// v3
+// ---------------------------------------------------------------------------------------------
+//
+// Let q = RN(|x| / d) and g_0..g_7 = 0, .5, 1, 1.5, 2, 3, 4, 6. q is monotone in |x|, so
+//   A_j = min{|x| : q >= g_j}  = RU((g_j - hb_j) d)        (hb_j: half an ulp below g_j; the tie
+//   B_j = min{|x| : q >  g_j}  = succ(RD((g_j + ha_j) d))  at g -+ h goes to g's even significand)
+// (ha_j: half an ulp above g_j), and for a 16-bit x, x >= T <=> x >= RU16(T). Guided rounding
+// picks m >= j exactly when |x| >= B_{j-1} (q above g_{j-1}) if the guidance wants the upper
+// neighbour of that gap, else when |x| >= A_j (q reached g_j):
+//   compact: wants it iff j's mantissa bit (j & 1) equals the guidance bit;
+//   full:    iff r >= j, r = the rollout's magnitude index if its sign is x's, else 0
+//            (then m = clamp(r, floor(q), ceil(q)): v1's take_lower rule).
+// So m comes from a 3-level search over 7 thresholds, each chosen between B_{j-1} and A_j by the
+// guidance, and the output from a select tree over the block's 8 outputs RN16(RN32(g_m d)) | sign
+// (the FP32 product rounded once to 16 bits, as the reference's dequantize then .to(dtype)).
+// Exact while d in [2^-100, 2^17): the h d products are normal, every threshold is a normal
+// 16-bit value, RN16(2^-133..) shows B_0 is the smallest positive 16-bit value (d < 2^17), and
+// for BF16 the thresholds and outputs of g = 2^k, 1.5 * 2^k are those of g = 1, 1.5 with the
+// exponent field moved (+0x80 per doubling), which the block setup uses. tests/test_ops_cpu.py
+// ports this construction and checks it against trace_kernels.nvfp4 on every BF16 pattern.
+
+constexpr int kV3Bf16ExponentStep = 0x00800080;  // x2 on both BF16 halves
+
+// Per-block constants of v3, every value a 16-bit pair (both halves equal).
+struct GuidedBlockV3 {
+  uint32_t a[8];     // a[j] = RU16(A_j), j = 1..7 (a[0] unused)
+  uint32_t b[7];     // b[j] = RU16(B_j), j = 0..6
+  uint32_t out[8];   // out[m] = RN16(RN32(g_m d)) | sign bits, m = 1..7 (out[0] = 0)
+  uint32_t mid[7];   // round-to-nearest thresholds (packed_thresholds), counters only
+  bool ok;           // d in the exact range
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t round_nearest_pair(float v);
+
+template <>
+__device__ __forceinline__ uint32_t round_nearest_pair<__nv_bfloat16>(float v) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(v, v);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <>
+__device__ __forceinline__ uint32_t round_nearest_pair<__half>(float v) {
+  const __half2 h = __floats2half2_rn(v, v);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// RU16(A) and RU16(B) of grid value g, with hb d and ha d given (exact powers-of-two multiples of d).
+template <typename T>
+__device__ __forceinline__ uint32_t grid_threshold_a(float g, float d, float hb_d) {
+  return Pair16<T>::round_up_pair(__fmaf_ru(g, d, -hb_d));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t grid_threshold_b(float g, float d, float ha_d) {
+  return Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(g, d, ha_d)));
+}
+
+template <typename T>
+__device__ __forceinline__ GuidedBlockV3 guided_block_v3(float d, bool count) {
+  GuidedBlockV3 c;
+  c.ok = d >= 0x1p-100f && d < 0x1p17f;
+  const float d22 = d * 0x1p-22f, d23 = d * 0x1p-23f, d24 = d * 0x1p-24f, d25 = d * 0x1p-25f;
+  constexpr uint32_t kSign = 0x80008000u;
+  c.a[0] = 0u;
+  c.b[0] = 0x00010001u;  // the smallest positive 16-bit value (d < 2^17: 2^-150 d is below it)
+  c.out[0] = 0u;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    constexpr uint32_t e = kV3Bf16ExponentStep;
+    c.a[2] = grid_threshold_a<T>(1.f, d, d25);
+    c.a[3] = grid_threshold_a<T>(1.5f, d, d24);
+    c.b[2] = grid_threshold_b<T>(1.f, d, d24);
+    c.b[3] = grid_threshold_b<T>(1.5f, d, d24);
+    c.out[2] = round_nearest_pair<T>(d) | kSign;
+    c.out[3] = round_nearest_pair<T>(1.5f * d) | kSign;
+    c.a[1] = c.a[2] - e;  c.a[4] = c.a[2] + e;  c.a[6] = c.a[2] + 2 * e;
+    c.a[5] = c.a[3] + e;  c.a[7] = c.a[3] + 2 * e;
+    c.b[1] = c.b[2] - e;  c.b[4] = c.b[2] + e;  c.b[6] = c.b[2] + 2 * e;
+    c.b[5] = c.b[3] + e;
+    c.out[1] = c.out[2] - e;  c.out[4] = c.out[2] + e;  c.out[6] = c.out[2] + 2 * e;
+    c.out[5] = c.out[3] + e;  c.out[7] = c.out[3] + 2 * e;
+  } else {  // FP16: thresholds may be subnormal or infinite there, so each one is computed
+    const float d26 = d * 0x1p-26f;
+    c.a[1] = grid_threshold_a<T>(0.5f, d, d26);
+    c.a[2] = grid_threshold_a<T>(1.f, d, d25);
+    c.a[3] = grid_threshold_a<T>(1.5f, d, d24);
+    c.a[4] = grid_threshold_a<T>(2.f, d, d24);
+    c.a[5] = grid_threshold_a<T>(3.f, d, d23);
+    c.a[6] = grid_threshold_a<T>(4.f, d, d23);
+    c.a[7] = grid_threshold_a<T>(6.f, d, d22);
+    c.b[1] = grid_threshold_b<T>(0.5f, d, d25);
+    c.b[2] = grid_threshold_b<T>(1.f, d, d24);
+    c.b[3] = grid_threshold_b<T>(1.5f, d, d24);
+    c.b[4] = grid_threshold_b<T>(2.f, d, d23);
+    c.b[5] = grid_threshold_b<T>(3.f, d, d23);
+    c.b[6] = grid_threshold_b<T>(4.f, d, d22);
+    const float g[8] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+#pragma unroll
+    for (int m = 1; m < 8; ++m) c.out[m] = round_nearest_pair<T>(g[m] * d) | kSign;
+  }
+  if (count) {
+    const E2M1Thresholds t = e2m1_thresholds(d);
+#pragma unroll
+    for (int i = 0; i < 7; ++i) c.mid[i] = Pair16<T>::round_up_pair(t.x[i]);
+  }
+  return c;
+}
+
+// Packed counters of v3: 16-bit lanes, folded into 32 bits once per pass.
+struct GuidedCountsV3 {
+  uint32_t changed = 0, guided_eq = 0, nearest_eq = 0;
+};
+
+// Two elements (one 32-bit word w) -> their outputs as a 16-bit pair.
+// guide: compact: a mask, all ones in a half whose guidance bit is 1; full: the rollout code as a
+// 16-bit number per half, z = sign (rollout's sign xor x's sign) | magnitude index at bits 12..14
+// (bits below 12 arbitrary, at most bit 7 of the exponent; so z >= j << 12 <=> r >= j, and a
+// sign mismatch is negative: r = 0).
+template <typename T, bool kFull>
+__device__ __forceinline__ uint32_t guided_pair_v3(uint32_t w, uint32_t guide, const GuidedBlockV3& c, bool count,
+                                                   GuidedCountsV3& n) {
+  const uint32_t a = w & 0x7fff7fffu;
+  // level 1: m >= 4 (j = 4 is even: compact wants B_3 when the bit is 0)
+  const uint32_t g4 = kFull ? Pair16<T>::ge(guide, 0x40004000u) : ~guide;
+  const uint32_t k2 = Pair16<T>::ge(a, select_bits(g4, c.b[3], c.a[4]));
+  // level 2: m >= 6 | 2
+  const uint32_t j2 = select_bits(k2, 0x60006000u, 0x20002000u);
+  const uint32_t g2 = kFull ? Pair16<T>::ge(guide, j2) : ~guide;
+  const uint32_t k1 =
+      Pair16<T>::ge(a, select_bits(g2, select_bits(k2, c.b[5], c.b[1]), select_bits(k2, c.a[6], c.a[2])));
+  // level 3: m >= 7 | 5 | 3 | 1 (odd j: compact wants B_{j-1} when the bit is 1)
+  const uint32_t j3 = j2 - 0x10001000u + (k1 & 0x20002000u);
+  const uint32_t g3 = kFull ? Pair16<T>::ge(guide, j3) : guide;
+  const uint32_t lower = select_bits(k2, select_bits(k1, c.b[6], c.b[4]), select_bits(k1, c.b[2], c.b[0]));
+  const uint32_t upper = select_bits(k2, select_bits(k1, c.a[7], c.a[5]), select_bits(k1, c.a[3], c.a[1]));
+  const uint32_t k0 = Pair16<T>::ge(a, select_bits(g3, lower, upper));
+  // the output: out[m] carries sign bits for m >= 1; x's sign keeps them (a zero stays +0)
+  const uint32_t value = select_bits(k2, select_bits(k1, select_bits(k0, c.out[7], c.out[6]),
+                                                     select_bits(k0, c.out[5], c.out[4])),
+                                     select_bits(k1, select_bits(k0, c.out[3], c.out[2]), k0 & c.out[1]));
+  if (count) {
+    // round-to-nearest's parity (its index differs from the guided one by at most 1, so the
+    // indices differ exactly when their mantissa bits do)
+    const uint32_t n2 = Pair16<T>::ge(a, c.mid[3]);
+    const uint32_t n1 = Pair16<T>::ge(a, select_bits(n2, c.mid[5], c.mid[1]));
+    const uint32_t n0 = Pair16<T>::ge(
+        a, select_bits(n2, select_bits(n1, c.mid[6], c.mid[4]), select_bits(n1, c.mid[2], c.mid[0])));
+    const uint32_t changed = (n0 ^ k0) & 0x00010001u;
+    n.changed += changed;
+    if (kFull) {
+      // chosen == rollout: the search made the same decision for m and for r at every level, and
+      // no nonzero rollout code of the other sign (z >= -(bits 0x0FFF) unless its index is nonzero
+      // with a sign mismatch; the bits below 12 are not zero, so z >= 0 would not do)
+      const uint32_t differs = (k2 ^ g4) | (k1 ^ g2) | (k0 ^ g3);
+      const uint32_t sign_ok = Pair16<T>::ge(guide, 0x8FFF8FFFu);
+      const uint32_t guided_eq = sign_ok & ~differs & 0x00010001u;
+      n.guided_eq += guided_eq;
+      // nearest == rollout: nearest lies in [floor, ceil] and chosen = clamp(r, floor, ceil)
+      n.nearest_eq += guided_eq & ~changed;
+    }
+  }
+  return value & (w | 0x7fff7fffu);
+}
+
+// Guidance bits 4q..4q+3 at the top bit of bytes 0..3 (the four 4-bit shifted copies never overlap).
+__device__ __forceinline__ uint32_t spread_bits_to_byte_tops(uint32_t bits4) { return bits4 * 0x10204081u; }
+
+// prmt.b32 in its default mode: a selector nibble with bit 3 set replicates the top bit of its byte.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+  return r;
+}
+
+// v2's per-element arithmetic for one half block (FP32 input, blocks outside v3's exact range,
+// d == 0, non-finite input). Same results and counter contributions as v2's loop body.
+template <class Cfg>
+__device__ __forceinline__ void guided_half_block_exact(const Vec8<typename Cfg::T>& v, uint32_t guide, float d,
+                                                        bool full, bool count, int64_t g,
+                                                        typename Cfg::T* __restrict__ out,
+                                                        uint32_t* __restrict__ status, uint32_t& n_elems,
+                                                        uint32_t& n_changed, uint32_t& n_guided_eq,
+                                                        uint32_t& n_nearest_eq) {
+  float f[8];
+  v.to_float(f);
+  float amax = fabsf(f[0]);
+#pragma unroll
+  for (int j = 1; j < 8; ++j) amax = nvfp4::fmax_nan(amax, fabsf(f[j]));
+  if (!nvfp4::is_finite(amax)) {
+    report_nonfinite_half_block<Cfg>(status, g, f);
+    return;  // these 8 outputs stay unwritten; the status flag says why
+  }
+  n_elems += 8;
+  float y8[8];
+  if (d == 0.f) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      y8[j] = 0.f;
+      if (full && count) {
+        const bool zero = (guide >> (4 * j) & 7u) == 0u;
+        n_guided_eq += zero;
+        n_nearest_eq += zero;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float q = __fdiv_rn(f[j], d);
+      const uint32_t y_sign = __float_as_uint(q) & 0x80000000u;
+      const float a = fminf(fabsf(q), nvfp4::kFp4Max);
+      const uint32_t chosen =
+          full ? guided_full_bits(a, y_sign, (guide >> (4 * j)) & 0xFu, count, n_changed, n_guided_eq, n_nearest_eq)
+               : guided_compact_bits(a, guide << (22 - j), count, n_changed);
+      y8[j] = fmaf(__uint_as_float(chosen | y_sign), d, 0.f);
+    }
+  }
+  store8<typename Cfg::T>(out + g * 8, y8);
+}
+
+// One block of 16 elements on the fast path (16-bit input, d in the exact range, all finite);
+// returns false, writing nothing, when the block needs guided_half_block_exact instead.
+template <class Cfg, bool kFull>
+__device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)[2], uint2 guide, float d, bool count,
+                                                int64_t blk, typename Cfg::T* __restrict__ out,
+                                                GuidedCountsV3& packed) {
+  using T = typename Cfg::T;
+  if constexpr (sizeof(T) == 2) {
+    const GuidedBlockV3 c = guided_block_v3<T>(d, count);
+    // non-finite 16-bit |x| <=> exponent all ones <=> |x| + (lowest exponent bit) carries into bit 15
+    constexpr uint32_t kExpLsb = std::is_same<T, __nv_bfloat16>::value ? 0x00800080u : 0x04000400u;
+    const uint32_t w[8] = {v[0].raw.x, v[0].raw.y, v[0].raw.z, v[0].raw.w,
+                           v[1].raw.x, v[1].raw.y, v[1].raw.z, v[1].raw.w};
+    uint32_t nonfinite = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) nonfinite |= (w[i] & 0x7fff7fffu) + kExpLsb;
+    const bool fast = c.ok && d != 0.f && !(nonfinite & 0x80008000u);
+    if (!fast) return false;
+    uint32_t src[4];  // compact: guidance bits at byte tops; full: codes prepared for guided_pair_v3
+    if (kFull) {
+      src[0] = (guide.x << 4) & 0xF0F0F0F0u;  // even elements' codes at the top nibble of bytes
+      src[1] = guide.x & 0xF0F0F0F0u;         // odd elements' codes
+      src[2] = (guide.y << 4) & 0xF0F0F0F0u;
+      src[3] = guide.y & 0xF0F0F0F0u;
+    } else {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) src[q] = spread_bits_to_byte_tops((guide.x >> (4 * q)) & 0xFu);
+    }
+    uint32_t o[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      uint32_t gp;
+      if (kFull) {  // byte i of the codes: low nibble -> bits 12..15, high nibble -> bits 28..31
+        const uint32_t k = i & 3;
+        const uint32_t s = prmt(src[2 * (i >> 2)], src[2 * (i >> 2) + 1], k | k << 4 | (k + 4) << 8 | (k + 4) << 12);
+        gp = s ^ (w[i] & 0x80008000u);
+      } else {  // bits 2i, 2i+1 -> all-ones halves (prmt's sign replication)
+        const uint32_t b = (2 * i) & 3;
+        gp = prmt(src[i >> 1], 0u, (b | 8) * 0x11 | ((b + 1) | 8) * 0x1100);
+      }
+      o[i] = guided_pair_v3<T, kFull>(w[i], gp, c, count, packed);
+    }
+    *reinterpret_cast<uint4*>(out + blk * 16) = make_uint4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<uint4*>(out + blk * 16 + 8) = make_uint4(o[4], o[5], o[6], o[7]);
+    return true;
+  } else {
+    return false;
+  }
+}
+
+// Sum of a packed 16-bit-lane counter.
+__device__ __forceinline__ uint32_t lane_sum(uint32_t v) { return (v & 0xFFFFu) + (v >> 16); }
+
+// Counters of a CTA: warp sums, then one shared-memory slot per warp, one atomic per counter.
+template <int CTA>
+__device__ __forceinline__ void flush_counters_cta(unsigned long long* __restrict__ counters, const uint32_t (&n)[4]) {
+  __shared__ uint32_t partial[CTA / 32][4];
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = __reduce_add_sync(0xffffffffu, n[i]);
+    if (threadIdx.x % 32 == 0) partial[warp][i] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < 4) {
+    unsigned long long total = 0;
+#pragma unroll
+    for (int k = 0; k < CTA / 32; ++k) total += partial[k][threadIdx.x];
+    if (total) atomicAdd(counters + threadIdx.x, total);
+  }
+}
+
+template <class Cfg, bool kFull>
+__device__ __forceinline__ void guided_fake_quantize_rows_v3(
+    const typename Cfg::T* __restrict__ x, const float* __restrict__ row_scales,
+    const uint8_t* __restrict__ block_scales, const uint8_t* __restrict__ mantissa_bits,
+    const uint8_t* __restrict__ rollout_codes, typename Cfg::T* __restrict__ out,
+    unsigned long long* __restrict__ counters, int rows, uint32_t* __restrict__ status) {
+  using T = typename Cfg::T;
+  constexpr int kBlocksPerRow = Cfg::D / nvfp4::kBlock;
+  const int64_t total = static_cast<int64_t>(rows) * kBlocksPerRow;  // blocks
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * Cfg::CTA * Cfg::kSlots;
+  const bool count = counters != nullptr;
+  uint32_t n_elems = 0, n_changed = 0, n_guided_eq = 0, n_nearest_eq = 0;
+
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * Cfg::CTA * Cfg::kSlots + threadIdx.x; first < total;
+       first += stride) {
+    Vec8<T> v[Cfg::kSlots][2];
+    uint2 guide[Cfg::kSlots];  // compact: 16 bits in .x; full: 16 codes
+    float d[Cfg::kSlots];
+#pragma unroll
+    for (int k = 0; k < Cfg::kSlots; ++k) {  // every load of the pass before the first use
+      const int64_t blk = first + static_cast<int64_t>(k) * Cfg::CTA;
+      if (blk < total) {
+        v[k][0].load_stream(x + blk * 16);
+        v[k][1].load_stream(x + blk * 16 + 8);
+        if (kFull) guide[k] = __ldg(reinterpret_cast<const uint2*>(rollout_codes) + blk);
+        else guide[k] = make_uint2(__ldg(mantissa_bits + 2 * blk) | __ldg(mantissa_bits + 2 * blk + 1) << 8, 0u);
+        d[k] = nvfp4::e4m3_to_float(__ldg(block_scales + blk)) * __ldg(row_scales + blk / kBlocksPerRow);
+      }
+    }
+    GuidedCountsV3 packed;
+    uint32_t slow = 0;  // slots left to the exact per-element path (rare: reloaded below)
+#pragma unroll
+    for (int k = 0; k < Cfg::kSlots; ++k) {
+      const int64_t blk = first + static_cast<int64_t>(k) * Cfg::CTA;
+      if (blk < total) {
+        if (guided_block_v3<Cfg, kFull>(v[k], guide[k], d[k], count, blk, out, packed)) n_elems += 16;
+        else slow |= 1u << k;
+      }
+    }
+#pragma unroll 1
+    for (; slow != 0; slow &= slow - 1) {
+      const int64_t blk = first + static_cast<int64_t>(__ffs(slow) - 1) * Cfg::CTA;
+      const float d_blk = nvfp4::e4m3_to_float(block_scales[blk]) * row_scales[blk / kBlocksPerRow];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        Vec8<T> half;
+        half.load(x + blk * 16 + 8 * h);
+        const uint32_t g8 = kFull ? reinterpret_cast<const uint32_t*>(rollout_codes)[2 * blk + h]
+                                  : mantissa_bits[2 * blk + h];
+        guided_half_block_exact<Cfg>(half, g8, d_blk, kFull, count, 2 * blk + h, out, status, n_elems, n_changed,
+                                     n_guided_eq, n_nearest_eq);
+      }
+    }
+    if (count) {  // at most 8 * kSlots per lane per pass: no overflow
+      n_changed += lane_sum(packed.changed);
+      n_guided_eq += lane_sum(packed.guided_eq);
+      n_nearest_eq += lane_sum(packed.nearest_eq);
+    }
+  }
+  if (count) {
+    const uint32_t n[4] = {n_elems, n_changed, n_guided_eq, n_nearest_eq};
+    flush_counters_cta<Cfg::CTA>(counters, n);
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void guided_fake_quantize_kernel(
     const typename Cfg::T* __restrict__ x, const float* __restrict__ row_scales,
     const uint8_t* __restrict__ block_scales, const uint8_t* __restrict__ mantissa_bits,
     const uint8_t* __restrict__ rollout_codes, typename Cfg::T* __restrict__ out,
     unsigned long long* __restrict__ counters, int rows, uint32_t* __restrict__ status) {
-  if constexpr (Cfg::kVariant == 2)
+  if constexpr (Cfg::kVariant == 3) {
+    if (rollout_codes != nullptr)
+      guided_fake_quantize_rows_v3<Cfg, true>(x, row_scales, block_scales, mantissa_bits, rollout_codes, out, counters,
+                                              rows, status);
+    else
+      guided_fake_quantize_rows_v3<Cfg, false>(x, row_scales, block_scales, mantissa_bits, rollout_codes, out,
+                                               counters, rows, status);
+  } else if constexpr (Cfg::kVariant == 2)
     guided_fake_quantize_rows_v2<Cfg>(x, row_scales, block_scales, mantissa_bits, rollout_codes, out, counters, rows,
                                       status);
   else

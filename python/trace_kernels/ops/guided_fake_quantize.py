@@ -8,6 +8,8 @@ Round-to-nearest here uses the rollout's scales, so [1] counts exactly the flips
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from trace_kernels import nvfp4, nvtx
@@ -15,6 +17,7 @@ from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
 from trace_kernels.ops._common import (KERNEL_DTYPES, after_launch, check_cuda_device, check_last_dim, check_rows,
                                        check_tensor, new_output, status_buffer)
 
+GRID_LIMIT: int | None = None  # tests: cap a persistent variant's grid so each CTA takes several passes
 COUNTER_NAMES = ("elements", "changed_by_guidance", "guided_equals_rollout", "nearest_equals_rollout")
 
 
@@ -47,6 +50,11 @@ def _guidance(scale, block_scales, mantissa_bits, codes) -> nvfp4.Guidance:
     return nvfp4.Guidance(scale=scale, block_scales=block_scales, mantissa_bits=mantissa_bits, codes=codes)
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
     from trace_kernels.runtime import i32, kernel_for, ptr
     device = check_cuda_device(x)
@@ -58,7 +66,10 @@ def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
     if rows:
         row_scales = scale if scale.dim() else scale.expand(rows).contiguous()  # tensor scale -> per row
         spec = codegen_guided.spec(x.dtype, d)
-        grid = -(-(rows * d // 8) // spec.launch["half_blocks_per_cta"])
+        launch = spec.launch
+        grid = -(-(rows * d // launch["elements_per_unit"]) // launch["units_per_cta"])
+        if "ctas_per_sm" in launch:  # persistent grid-stride kernel (v3): at most one wave of CTAs
+            grid = min(grid, GRID_LIMIT or _sm_count(device) * launch["ctas_per_sm"])
         with nvtx.annotate("guided_fake_quantize"):
             kernel_for(spec).launch(device, (grid,), (spec.launch["threads"],),
                                     [ptr(x), ptr(row_scales), ptr(block_scales), ptr(mantissa_bits), ptr(codes),

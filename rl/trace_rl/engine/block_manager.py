@@ -34,6 +34,7 @@ class BlockManager:
     def release(self, seq: Sequence) -> None:
         self.free.extend(seq.block_table)
         seq.block_table = []
+        seq.block_table_tensor = None
 
     def slot(self, seq: Sequence, position: int) -> int:
         """Flat cache slot (page * P + offset) of a token position."""

@@ -26,6 +26,13 @@ class EngineConfig:
     paged-KV kernels (trace_kernels.kv_append, attention.decode_attention) when they take the
     model's attention shapes: NVFP4 pages on the kernels backends, BF16 pages in bf16 mode on an
     sm_90 GPU with a BF16 model; False: torch paged attention (nvfp4: after the quantize kernel).
+    guidance_host_gb: the most page-locked host memory that guidance capture (kernels backend on
+    CUDA) may hold for one ``generate`` call (None: half of the host's physical memory). A call
+    whose worst case (every sequence reaching its token budget) needs more raises ValueError
+    before any work, instead of running out of host memory midway.
+    guidance_copy_mb_per_step: how much queued guidance each step sends to the host (the rest waits
+    on the device, up to 1 GiB, for later steps or the end of the batch): paces the prefill's
+    guidance so that it does not hold up the decode steps' token read-backs.
     """
 
     block_size: int = 16
@@ -36,11 +43,13 @@ class EngineConfig:
     cuda_graphs: bool = True
     backend: str = "auto"
     kv_kernels: bool = True
+    guidance_host_gb: float | None = None
+    guidance_copy_mb_per_step: int = 32
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"EngineConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "guidance_copy_mb_per_step"):
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {v!r}")
@@ -48,6 +57,8 @@ class EngineConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v <= 0):
                 raise ValueError(f"EngineConfig.{name} must be a positive integer or None, got {v!r}")
+        if self.guidance_host_gb is not None and not self.guidance_host_gb > 0:
+            raise ValueError(f"EngineConfig.guidance_host_gb must be > 0 or None, got {self.guidance_host_gb!r}")
 
 
 @dataclass(slots=True)

@@ -3,6 +3,7 @@ TRACE guidance capture; ``refit`` re-quantizes expert weights in place after a t
 from __future__ import annotations
 
 import copy
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -78,6 +79,13 @@ class _RoutingLog:
         return out
 
 
+def guidance_host_limit(config: EngineConfig) -> int:
+    """Bytes of pinned host memory guidance capture may hold per generate call."""
+    if config.guidance_host_gb is not None:
+        return int(config.guidance_host_gb * 2**30)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
 def _on_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
@@ -141,7 +149,10 @@ class RolloutEngine:
         kernels = self.backend in KERNEL_BACKENDS
         self.recorder = GuidanceRecorder(capture) if capture != "off" and not kernels else None
         layout = GuidanceLayout(mc, capture) if capture != "off" and kernels else None
-        self.guidance_capture = AsyncGuidanceCapture(layout, self.device) if layout else None
+        self.guidance_limit_bytes = guidance_host_limit(self.config)
+        self.guidance_capture = (AsyncGuidanceCapture(layout, self.device, self.guidance_limit_bytes,
+                                                      copy_bytes_per_step=self.config.guidance_copy_mb_per_step << 20)
+                                 if layout else None)
         self.kv_kernels = self.config.kv_kernels and (
             kv_kernel_support(mc, P) is None if kernels
             else (mode == "bf16" and self.dtype == torch.bfloat16 and _on_hopper(self.device)
@@ -218,14 +229,14 @@ class RolloutEngine:
             # wait for the whole forward (a second host sync per step)
             keys = torch.tensor([s.rng_key for s in batch]).to(self.device, non_blocking=True)
             positions = torch.tensor([len(s) for s in batch]).to(self.device, non_blocking=True)
-            if capture is not None:
-                capture.fence()  # a graph's arena is rewritten only after its last copy left
             logits, topk, x, arena = self.runner.run(batch, prefill)
             routing.add(x.seq_ids, x.positions, topk)
             if capture is not None and arena is not None:
                 capture.enqueue(arena, x.seq_ids_cpu, x.positions_cpu, reused=self.runner.last_step_graphed)
             tokens, logprobs = sample(logits, sampling, seed, keys, positions)
             tokens, logprobs = tokens.tolist(), logprobs.float().tolist()  # the step's one sync
+            if capture is not None:  # guidance to the host while the next step computes
+                capture.issue_step()
         for s, t, lp in zip(batch, tokens, logprobs):
             s.append(t, lp)
             if t in stop:
@@ -248,6 +259,28 @@ class RolloutEngine:
         return sum(p.numel() * p.element_size() for _, p in self.model.expert_parameters())
 
     # ------------------------------------------------------------------ generation
+    def guidance_bytes_for(self, tokens: int) -> int:
+        """Host bytes of captured guidance for ``tokens`` forwarded tokens (0 without capture)."""
+        if self.guidance_capture is None:
+            return 0
+        return tokens * self.guidance_capture.layout.bytes_per_token
+
+    def reserve_guidance(self, tokens: int) -> None:
+        """Page-lock host memory for ``tokens`` tokens of guidance now (it is kept across calls), so
+        that no generate call pays for it inside its decode loop. A no-op without kernel capture."""
+        if self.guidance_capture is not None:
+            self._check_guidance_budget(tokens)
+            self.guidance_capture.reserve(tokens)
+
+    def _check_guidance_budget(self, tokens: int) -> None:
+        need = self.guidance_bytes_for(tokens)
+        if need > self.guidance_limit_bytes:
+            raise ValueError(
+                f"guidance capture for this call may need {need / 2**30:.1f} GiB of pinned host memory "
+                f"({tokens} tokens x {self.guidance_capture.layout.bytes_per_token} B), more than the "
+                f"{self.guidance_limit_bytes / 2**30:.1f} GiB limit (EngineConfig.guidance_host_gb): "
+                f"split the batch, shorten max_new_tokens, or raise the limit")
+
     def _check_prompts(self, prompts, sampling: SamplingParams) -> None:
         V = self.model.config.vocab_size
         if not prompts:
@@ -271,6 +304,9 @@ class RolloutEngine:
         eos = self.model.config.eos_token_id
         if not sampling.ignore_eos and eos is not None:
             stop.add(eos)
+        if self.guidance_capture is not None:  # worst case: every sequence uses its whole budget
+            self._check_guidance_budget(group_size * sum(
+                min(len(p) + sampling.max_new_tokens, self.max_model_len) for p in prompts))
         scheduler = Scheduler(self.config, self.blocks)
         seqs = []
         for i, p in enumerate(prompts):

@@ -107,20 +107,26 @@ class GuidanceField:
     site: str  # moe_in | moe_act | k | v
     name: str  # scale | block_scales | payload | experts
     dtype: torch.dtype
-    shape: tuple[int, ...]  # per token
-    offset: int  # byte offset in a token's arena row
-    nbytes: int
+    shape: tuple[int, ...]  # per token: (*slots, *per-row shape)
+    offset: int  # byte offset of the field's first byte in a token's arena row
+    nbytes: int  # bytes per token
+    stride: int  # bytes from one slot's piece of the field to the next (row-major slots)
+    slots: int  # rows of this site per token (1 for moe_in)
 
 
 _STORED_DTYPE = {"experts": torch.int16}  # experts < 2**15 (checked); widened to int64 on unpack
+_ROW_FIELDS = ("scale", "block_scales", "payload")
 
 
 class GuidanceLayout:
     """Byte layout of one token's guidance: every (layer, site) the trainer fake-quantizes.
 
     Per token: k and v of every layer ([Hkv] rows of D), moe_in ([] row of H) and moe_act ([k]
-    rows of I, plus the slot experts) of every MoE layer; each row has its FP32 scale, E4M3 block
-    scales and the payload (mantissa bits D/8 bytes, or codes D/2 in full mode).
+    rows of I, plus the slot experts) of every MoE layer. A site's rows are stored one after the
+    other, each row as [FP32 scale | E4M3 block scales (D/16) | payload (mantissa bits D/8 bytes,
+    or codes D/2 in full mode)], then (moe_act) the slot experts as int16: so ``put_rows`` writes
+    a whole site with one concatenation and one copy (one more for a gather), which keeps the
+    number of small kernels in a captured decode step low.
     """
 
     def __init__(self, config, mode: str):
@@ -129,7 +135,7 @@ class GuidanceLayout:
         if config.num_experts > torch.iinfo(torch.int16).max:
             raise ValueError(f"{config.num_experts} experts do not fit the int16 expert ids")
         c, self.mode = config, mode
-        per_byte = 8 if mode == "compact" else 2
+        self.per_byte = 8 if mode == "compact" else 2
         rows: list[tuple[int, str, tuple[int, ...], int]] = []  # layer, site, slot shape, D
         moe = set(c.moe_layers())
         for layer in range(c.num_hidden_layers):
@@ -139,21 +145,37 @@ class GuidanceLayout:
                 rows.append((layer, "moe_in", (), c.hidden_size))
                 rows.append((layer, "moe_act", (c.num_experts_per_tok,), c.moe_intermediate_size))
         self.fields: dict[tuple[int, str, str], GuidanceField] = {}
+        self.sites: dict[tuple[int, str], tuple[int, int, int]] = {}  # offset, slots, row bytes
         offset = 0
         for layer, site, slots, d in rows:
-            specs = [("scale", torch.float32, slots), ("block_scales", torch.float8_e4m3fn, (*slots, d // 16)),
-                     ("payload", torch.uint8, (*slots, d // per_byte))]
+            n_slots = _numel(slots)
+            per_row = [("scale", torch.float32, ()), ("block_scales", torch.float8_e4m3fn, (d // 16,)),
+                       ("payload", torch.uint8, (d // self.per_byte,))]
+            row_bytes = sum(_numel(shape) * dtype.itemsize for _, dtype, shape in per_row)
+            self.sites[(layer, site)] = (offset, n_slots, row_bytes)
+            at = offset
+            for name, dtype, shape in per_row:
+                nb = _numel(shape) * dtype.itemsize
+                self.fields[(layer, site, name)] = GuidanceField(layer, site, name, dtype, (*slots, *shape), at,
+                                                                 nb * n_slots, row_bytes, n_slots)
+                at += nb
+            offset += n_slots * row_bytes
             if site == "moe_act":
-                specs.append(("experts", _STORED_DTYPE["experts"], slots))
-            for name, dtype, shape in specs:
-                nbytes = _numel(shape) * dtype.itemsize
-                self.fields[(layer, site, name)] = GuidanceField(layer, site, name, dtype, shape, offset, nbytes)
-                offset += nbytes
+                dtype = _STORED_DTYPE["experts"]
+                self.fields[(layer, site, "experts")] = GuidanceField(
+                    layer, site, "experts", dtype, slots, offset, n_slots * dtype.itemsize, dtype.itemsize, n_slots)
+                offset += n_slots * dtype.itemsize
         self.tables = [(layer, site) for layer, site, _, _ in rows]
         self.bytes_per_token = offset
 
     def new_arena(self, tokens: int, device) -> Tensor:
         return torch.empty(tokens, self.bytes_per_token, dtype=torch.uint8, device=device)  # [N, B]
+
+    def _field_view(self, arena: Tensor, f: GuidanceField) -> Tensor:
+        """uint8 [N, slots, bytes per slot] view of one field in the arena."""
+        piece = f.nbytes // f.slots
+        rows = arena[:, f.offset:f.offset + (f.slots - 1) * f.stride + piece]
+        return rows.as_strided((arena.shape[0], f.slots, piece), (arena.stride(0), f.stride, 1))
 
     def put(self, arena: Tensor, layer: int, site: str, name: str, value: Tensor) -> None:
         """Copy value [N, *shape] (the field's dtype; experts any integer) into the arena's columns."""
@@ -165,7 +187,25 @@ class GuidanceLayout:
             if name != "experts":
                 raise TypeError(f"guidance {layer}/{site}/{name}: dtype {value.dtype}, expected {f.dtype}")
             value = value.to(f.dtype)
-        arena[:, f.offset:f.offset + f.nbytes].copy_(value.contiguous().reshape(N, -1).view(torch.uint8))
+        self._field_view(arena, f).copy_(value.contiguous().view(torch.uint8).reshape(N, f.slots, -1))
+
+    def put_rows(self, arena: Tensor, layer: int, site: str, scale: Tensor, block_scales: Tensor, payload: Tensor,
+                 rows: Tensor | None = None) -> None:
+        """A whole site at once. scale float32 [M, *S], block_scales e4m3 [M, *S, D/16], payload uint8
+        [M, *S, D/p]; rows None: M = N tokens and S the site's slot shape; rows int64 [N, k]: the
+        inputs are [M] sorted rows (S = ()) and slot j of token t is row rows[t, j]."""
+        off, n_slots, row_bytes = self.sites[(layer, site)]
+        N = arena.shape[0]
+        packed = torch.cat((scale.contiguous().view(torch.uint8).reshape(*scale.shape, 4),
+                            block_scales.view(torch.uint8), payload), dim=-1)  # [M, *S, row bytes]
+        if packed.shape[-1] != row_bytes:
+            raise ValueError(f"guidance {layer}/{site}: rows of {packed.shape[-1]} bytes, expected {row_bytes}")
+        if rows is not None:
+            packed = packed.index_select(0, rows.reshape(-1))  # [N * k, row bytes]
+        if packed.numel() != N * n_slots * row_bytes:
+            raise ValueError(f"guidance {layer}/{site}: {tuple(packed.shape)} does not fill {N} tokens x "
+                             f"{n_slots} rows of {row_bytes} bytes")
+        arena[:, off:off + n_slots * row_bytes].copy_(packed.reshape(N, n_slots * row_bytes))
 
     def unpack(self, arena: Tensor) -> dict[tuple[int, str], dict[str, Tensor]]:
         """Host arena uint8 [R, bytes_per_token] -> {(layer, site): {field: [R, *shape]}} (experts int64)."""
@@ -174,7 +214,7 @@ class GuidanceLayout:
         R = arena.shape[0]
         out: dict[tuple[int, str], dict[str, Tensor]] = {}
         for (layer, site, name), f in self.fields.items():
-            raw = arena[:, f.offset:f.offset + f.nbytes].contiguous()  # [R, nbytes]
+            raw = self._field_view(arena, f).contiguous()  # [R, slots, bytes per slot]
             v = raw.view(f.dtype).reshape(R, *f.shape)
             out.setdefault((layer, site), {})[name] = v.to(torch.int64) if name == "experts" else v
         return out

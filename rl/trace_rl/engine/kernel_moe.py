@@ -201,12 +201,10 @@ class KernelQuantizer:
                               r.q.scale)  # sorted rows [M, I]
         y = self.ops.down(up.a_next, self.experts.down[layer], routing, up.q.scale)  # [N, H]
         self._capture(layer, "moe_in", r)
-        if self.arena is not None:  # moe_act by (token, slot): gather the sorted rows
-            slots = routing.slot_rows.long()  # [N, k]
-            bscales = up.q.block_scales.view(torch.uint8)[slots].view(torch.float8_e4m3fn)  # fp8: gather bytes
-            act = QuantizedRows(nvfp4.NVFP4Tensor(up.q.codes[slots], bscales, up.q.scale[slots]),
-                                up.mantissa_bits[slots], None)
-            self._capture(layer, "moe_act", act, experts)
+        if self.arena is not None:  # moe_act by (token, slot): the sorted rows gathered in the copy
+            self._capture(layer, "moe_act", QuantizedRows(up.q, up.mantissa_bits, None),
+                          rows=routing.slot_rows.long())  # [N, k]
+            self.layout.put(self.arena, layer, "moe_act", "experts", experts)
         if self.shadow is not None:
             self.shadow.record(layer, "moe_in", nvfp4.quantize(x.detach()), index)
             h_by_slot = up.h[routing.slot_rows.long()]  # [N, k, I]: the kernel's own SwiGLU output
@@ -232,15 +230,12 @@ class KernelQuantizer:
             self.shadow.record(layer, "k", nvfp4.quantize(k.detach()), index)
             self.shadow.record(layer, "v", nvfp4.quantize(v.detach()), index)
 
-    def _capture(self, layer: int, site: str, r: QuantizedRows, experts: Tensor | None = None) -> None:
+    def _capture(self, layer: int, site: str, r: QuantizedRows, rows: Tensor | None = None) -> None:
+        """One site's guidance into the arena (rows: gather sorted rows into (token, slot) order)."""
         if self.arena is None:
             return
-        put = lambda name, v: self.layout.put(self.arena, layer, site, name, v)
-        put("scale", r.q.scale)
-        put("block_scales", r.q.block_scales)
-        put("payload", r.bits if self.guidance == "compact" else r.q.codes)
-        if experts is not None:
-            put("experts", experts)
+        self.layout.put_rows(self.arena, layer, site, r.q.scale, r.q.block_scales,
+                             r.bits if self.guidance == "compact" else r.q.codes, rows)
 
 
 class KernelDecodeAttention:

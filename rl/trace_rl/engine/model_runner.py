@@ -81,6 +81,8 @@ class ModelRunner:
         self.max_num_seqs = max_num_seqs
         self.shadow: GuidanceRecorder | None = None  # tests: reference guidance of the kernels' inputs
         self.last_step_graphed = False
+        self._tables_key: tuple[int, ...] | None = None  # seq_ids of the cached block tables
+        self._tables: Tensor | None = None
 
     def _store_kv(self, slots: Tensor, layer: int, site: str, q, index) -> None:
         """The K/V quantizer's callback: its NVFP4 codes go straight into the step's cache slots."""
@@ -100,11 +102,6 @@ class ModelRunner:
                 slots.append(self.blocks.slot(s, t)); row.append(b); col.append(t - start)
             last.append(len(tok) - 1)
         Tq = max(col) + 1
-        # Every step attends over the same number of key slots (max_model_len rounded up to
-        # pages): with a batch-dependent key length, CPU attention kernels reduce in a different
-        # order and a sequence's BF16 logits would depend on its batch-mates.
-        nblk = self.max_blocks_per_seq
-        tables = [s.block_table + [0] * (nblk - len(s.block_table)) for s in seqs]
         qpos = torch.zeros(len(seqs), Tq, dtype=torch.int64)
         qpos[torch.tensor(row), torch.tensor(col)] = torch.tensor(pos)
         dev = self.device
@@ -112,8 +109,28 @@ class ModelRunner:
         pos_cpu, sid_cpu = host(pos), host(sid)
         as_t = lambda x: (x if isinstance(x, Tensor) else host(x)).to(dev, non_blocking=True)
         return StepInputs(as_t(tok), as_t(pos_cpu), as_t(sid_cpu), as_t(slots), as_t(row), as_t(col),
-                          as_t(tables), qpos.to(dev, non_blocking=True), as_t(last),
+                          self._block_tables(seqs), qpos.to(dev, non_blocking=True), as_t(last),
                           seq_ids_cpu=sid_cpu, positions_cpu=pos_cpu)
+
+    def _block_tables(self, seqs: list[Sequence]) -> Tensor:
+        """int64 [B, max_blocks_per_seq] on the device, padded with the scratch page 0.
+
+        Every step attends over the same number of key slots (max_model_len rounded up to pages):
+        with a batch-dependent key length, CPU attention kernels reduce in a different order and a
+        sequence's BF16 logits would depend on its batch-mates. A sequence's pages are fixed from
+        admission to retirement, so the table is rebuilt only when the batch's sequences change:
+        at 32K-128K tokens per sequence, rebuilding B x 2K-8K entries from Python lists every
+        decode step would cost far more than the step itself.
+        """
+        key = tuple(s.seq_id for s in seqs)
+        if key != self._tables_key:
+            tables = torch.zeros(len(seqs), self.max_blocks_per_seq, dtype=torch.int64)
+            for b, s in enumerate(seqs):
+                if s.block_table_tensor is None:
+                    s.block_table_tensor = torch.tensor(s.block_table, dtype=torch.int64)
+                tables[b, :len(s.block_table)] = s.block_table_tensor
+            self._tables, self._tables_key = tables.to(self.device, non_blocking=True), key
+        return self._tables
 
     def quantizer(self, x: StepInputs, arena: Tensor | None, defer_kv: bool = False):
         """The step's quantizer (None in bf16 mode), bound to its cache slots and guidance arena."""
@@ -176,8 +193,8 @@ class ModelRunner:
 class _DecodeGraph:
     """A decode step for up to ``size`` sequences captured once; padded rows decode token 0 at
     position 0 into the scratch page 0 and their outputs are dropped. Graphs of all buckets share
-    the runner's memory pool (one replays at a time; a reused guidance arena is fenced by the
-    capture's copy event)."""
+    the runner's memory pool (one replays at a time; the guidance capture clones a graph's arena
+    before copying it to the host, so the next replay may rewrite it)."""
 
     def __init__(self, runner: ModelRunner, size: int):
         dev, nblk = runner.device, runner.max_blocks_per_seq

@@ -12,7 +12,7 @@ class Status(Enum):
 
 class Sequence:
     __slots__ = ("seq_id", "prompt_index", "sample_index", "rng_key", "token_ids", "num_prompt",
-                 "logprobs", "block_table", "num_cached", "max_tokens", "status", "finish_reason")
+                 "logprobs", "block_table", "block_table_tensor", "num_cached", "max_tokens", "status", "finish_reason")
 
     def __init__(self, seq_id: int, prompt_index: int, sample_index: int, rng_key: int,
                  prompt_ids: list[int], max_tokens: int):
@@ -23,6 +23,7 @@ class Sequence:
         self.num_prompt = len(prompt_ids)
         self.logprobs: list[float] = []
         self.block_table: list[int] = []
+        self.block_table_tensor = None  # int64 [len(block_table)] host copy, made once (ModelRunner)
         self.num_cached = 0  # tokens whose K/V are in the cache
         self.max_tokens = max_tokens  # prompt + the most output tokens it may get
         self.status = Status.WAITING

@@ -7,6 +7,7 @@ decode_attention_nvfp4_hq32_hkv4_d128_p16_sm90a; the combine kernel depends on h
 from __future__ import annotations
 
 import functools
+import re
 
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
@@ -17,6 +18,7 @@ COMBINE_NAME = "decode_attention_combine"
 TEMPLATE = "decode_attention.cu.jinja"
 MMA_TEMPLATE = "decode_attention_mma.cu.jinja"
 MMA2_TEMPLATE = "decode_attention_mma2.cu.jinja"
+MMA3_TEMPLATE = "decode_attention_mma3.cu.jinja"
 COMBINE_TEMPLATE = "decode_attention_combine.cu.jinja"
 FORMATS = ("nvfp4", "bf16")
 HEAD_DIMS = (64, 128)  # shared-memory budget of the tile pipeline (attention_decode.cuh)
@@ -27,15 +29,77 @@ MMA_MAX_HEADS_PER_CTA = 16  # the M rows of one m16n8k16 MMA
 MMA2_MAX_HEADS_PER_CTA = 8  # the N columns of one m16n8k16 MMA (tokens are the M rows)
 MMA2_WARPS, MMA2_STAGES = 2, 3  # 64-token tiles (32 per warp), 2 in flight; 29 KB, 7 CTAs per SM at D = 128
 # "simt": FP32 CUDA-core math (attention_decode.cuh); "mma": tensor cores, q heads as MMA rows
-# (attention_decode_mma.cuh); "mma2": NVFP4 only, tokens as MMA rows (attention_decode_mma2.cuh)
-VARIANTS = ("simt", "mma", "mma2")
-NVFP4_ONLY_VARIANTS = ("mma2",)
+# (attention_decode_mma.cuh); "mma2": NVFP4 only, tokens as MMA rows (attention_decode_mma2.cuh);
+# "mma3": mma2's math with one page lookup per 16-token pass and lazy rescaling (attention_decode_mma3.cuh)
+VARIANTS = ("simt", "mma", "mma2", "mma3")
+NVFP4_ONLY_VARIANTS = ("mma2", "mma3")
+MMA2_TEMPLATES = {"mma2": MMA2_TEMPLATE, "mma3": MMA3_TEMPLATE}
+# Occupancy sweep of mma2 / mma3 (issue 5): "mma2_w4s2" = 4 warps (128-token tiles), 2 cp.async stages;
+# optional "b<N>" = __launch_bounds__ min blocks per SM (caps registers at 64K / (N x threads)) and
+# "h<N>" = q heads per CTA. The plain names keep the defaults above and their kernel names / sources.
+MMA2_CONFIG = re.compile(r"^(mma2|mma3)_w(\d+)s(\d+)(?:b(\d+))?(?:h(\d+))?$")
+MMA2_SWEEP_WARPS = (1, 2, 4)
+MMA2_SWEEP_STAGES = (2, 3, 4)
+SMEM_STATIC_LIMIT = 48 * 1024  # the kernel's shared memory is static
+# The configurations profiling/run_gpu_checks_attention_sweep.sh measures against the default mma2
+# (w2s3: 121 registers, 7 CTAs = 14 warps per SM by shared memory, 136 KB in flight). Per SM at D = 128,
+# Hq 32 / Hkv 4, nvcc 13.0: registers, resident CTAs (limit) = warps, bytes in flight = (stages - 1)
+# x tile bytes x CTAs. More than 16 warps needs <= 96 registers (5 warps per scheduler), which spills.
+MMA2_SWEEP_VARIANTS = (
+    "mma2_w1s3",  # 125 regs, 14 CTAs (smem) = 14 warps, 136 KB; no barrier shared by two warps
+    "mma2_w1s2",  # 123 regs, 16 CTAs (regs) = 16 warps, 78 KB
+    "mma2_w2s2",  # 124 regs, 8 CTAs (regs) = 16 warps, 78 KB
+    "mma2_w4s2",  # 124 regs, 4 CTAs (regs) = 16 warps, 78 KB
+    "mma2_w1s4",  # 140 regs, 11 CTAs (smem) = 11 warps, 160 KB
+    "mma2_w2s4",  # 137 regs, 5 CTAs (smem) = 10 warps, 146 KB
+    "mma3_w1s3",  # 118 regs, 14 CTAs (smem) = 14 warps, 136 KB; mma3's loader and lazy rescale
+)
+# (Hq, Hkv, D, P) the sweep configurations are built for: the benchmark's shape and the sweep GPU test's
+MMA2_SWEEP_TEST_SHAPES = ((32, 4, 128, 16), (64, 4, 128, 16), (8, 1, 64, 64))
 # cache format -> (tokens per tile, pipeline stages): ~9.5 KB (NVFP4) / 16 KB (BF16) per stage at D=128
 TILING = {"nvfp4": (64, 3), "bf16": (32, 2)}
 
 
+def mma2_config(variant: str) -> dict | None:
+    """{"base", "warps", "stages", "min_blocks", "heads"} of an mma2 / mma3 variant (None for the others);
+    the plain "mma2" / "mma3" give the defaults (min_blocks 0 = no minimum, heads 0 = up to 8)."""
+    if variant in MMA2_TEMPLATES:
+        return {"base": variant, "warps": MMA2_WARPS, "stages": MMA2_STAGES, "min_blocks": 0, "heads": 0}
+    m = MMA2_CONFIG.match(variant)
+    if m is None:
+        return None
+    base, warps, stages, min_blocks, heads = m.groups()
+    cfg = {"base": base, "warps": int(warps), "stages": int(stages), "min_blocks": int(min_blocks or 0),
+           "heads": int(heads or 0)}
+    if cfg["warps"] not in MMA2_SWEEP_WARPS or cfg["stages"] not in MMA2_SWEEP_STAGES:
+        raise ValueError(f"{NAME}: variant {variant!r}: warps must be in {MMA2_SWEEP_WARPS} and stages in "
+                         f"{MMA2_SWEEP_STAGES}")
+    if not 0 <= cfg["min_blocks"] <= 32 or cfg["heads"] not in (0, 1, 2, 4, 8):
+        raise ValueError(f"{NAME}: variant {variant!r}: min blocks must be 0..32 and heads 1, 2, 4 or 8")
+    return cfg
+
+
+def mma2_stage_bytes(head_dim: int, tile_tokens: int) -> int:
+    """Shared bytes of one mma2 / mma3 pipeline stage: K and V codes, block scales and row scales."""
+    return tile_tokens * 2 * (head_dim // 2 + head_dim // 16 + 4)
+
+
 def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int,
            variant: str = "simt") -> dict:
+    config = mma2_config(variant)
+    if config is not None and variant not in MMA2_TEMPLATES:
+        t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, config["base"])
+        heads = min(config["heads"] or MMA2_MAX_HEADS_PER_CTA, t["group"])
+        if t["group"] % heads:
+            raise ValueError(f"{NAME}: variant {variant!r}: {heads} heads per CTA do not divide the group {t['group']}")
+        tile_tokens = 32 * config["warps"]
+        smem = max(config["stages"] * mma2_stage_bytes(head_dim, tile_tokens),
+                   4 * config["warps"] * (8 * head_dim + 24))
+        if smem > SMEM_STATIC_LIMIT:
+            raise ValueError(f"{NAME}: variant {variant!r} needs {smem} B of shared memory (static limit "
+                             f"{SMEM_STATIC_LIMIT})")
+        return {**t, "heads_per_cta": heads, "head_groups": t["group"] // heads, "tile_tokens": tile_tokens,
+                "stages": config["stages"]}
     if variant not in VARIANTS:
         raise ValueError(f"{NAME}: variant must be one of {VARIANTS}, got {variant!r}")
     if cache_format not in FORMATS:
@@ -51,7 +115,7 @@ def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_s
         raise ValueError(f"{NAME}: page size must be positive, got {page_size}")
     if variant in NVFP4_ONLY_VARIANTS and cache_format != "nvfp4":
         raise ValueError(f"{NAME}: variant {variant!r} reads NVFP4 pages only, got cache format {cache_format!r}")
-    if variant == "mma2":
+    if variant in MMA2_TEMPLATES:
         heads_per_cta = min(group, MMA2_MAX_HEADS_PER_CTA)
         tile_tokens, stages = 32 * MMA2_WARPS, MMA2_STAGES
     elif variant == "mma":
@@ -69,16 +133,19 @@ def spec(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_siz
          variant: str = "simt") -> KernelSpec:
     t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
     parts = (cache_format,) if variant == "simt" else (cache_format, variant)
-    if variant == "mma2":
+    config = mma2_config(variant)
+    if config is not None:
+        warps = t["tile_tokens"] // 32
         return KernelSpec(
             op=NAME,
             name=kernel_name(NAME, *parts, dims={"hq": q_heads, "hkv": kv_heads, "d": head_dim, "p": page_size}),
-            template=MMA2_TEMPLATE,
+            template=MMA2_TEMPLATES[config["base"]],
             params={"d": head_dim, "hkv": kv_heads, "group": t["group"], "heads_per_cta": t["heads_per_cta"],
-                    "page": page_size, "warps": MMA2_WARPS, "stages": t["stages"]},
-            launch={"threads": 32 * MMA2_WARPS, **t},
+                    "page": page_size, "warps": warps, "stages": t["stages"], "min_blocks": config["min_blocks"]},
+            launch={"threads": 32 * warps, **t},
             headers=("trace_kernels/attention_decode.cuh", "trace_kernels/attention_decode_mma.cuh",
-                     "trace_kernels/attention_decode_mma2.cuh"),
+                     "trace_kernels/attention_decode_mma2.cuh")
+            + (("trace_kernels/attention_decode_mma3.cuh",) if config["base"] == "mma3" else ()),
         )
     return KernelSpec(
         op=NAME,
@@ -107,7 +174,12 @@ def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
         return []
     specs = [spec(f, shape.q_heads, shape.kv_heads, shape.head_dim, p) for f in FORMATS for p in PAGE_SIZES]
     specs += [spec(f, shape.q_heads, shape.kv_heads, shape.head_dim, p, "mma") for f in FORMATS for p in PAGE_SIZES]
-    specs += [spec("nvfp4", shape.q_heads, shape.kv_heads, shape.head_dim, p, "mma2") for p in PAGE_SIZES]
+    specs += [spec("nvfp4", shape.q_heads, shape.kv_heads, shape.head_dim, p, v) for v in MMA2_TEMPLATES
+              for p in PAGE_SIZES]
+    from trace_kernels.attention import DEFAULT_NVFP4_VARIANT  # the launch default may be a tuned config
+    if DEFAULT_NVFP4_VARIANT not in VARIANTS:
+        specs += [spec("nvfp4", shape.q_heads, shape.kv_heads, shape.head_dim, p, DEFAULT_NVFP4_VARIANT)
+                  for p in PAGE_SIZES]
     return specs + [combine_spec(shape.head_dim)]
 
 

@@ -1,0 +1,180 @@
+"""Host side of the engine's guidance capture on CPU: the pinned slab pool's allocation and reuse,
+its limit, the engine's up-front guidance budget check, and the decode step's cached block tables."""
+import pytest
+import torch
+
+from trace_rl.config import load_preset
+from trace_rl.engine import EngineConfig, RolloutEngine, SamplingParams
+from trace_rl.engine.guidance_capture import ALIGN, PinnedSlabPool
+from trace_rl.model import MoEForCausalLM
+
+
+def spans(views):
+    return sorted((v.data_ptr(), v.data_ptr() + v.numel()) for v in views)
+
+
+def test_pool_views_are_disjoint_and_reused_after_reset():
+    pool = PinnedSlabPool(slab_bytes=4096, pin_memory=False)
+    sizes = [1000, 17, 2048, 4000, 300, 5000]  # 5000 > slab: a slab of its own
+    first = [pool.take(n) for n in sizes]
+    assert [v.numel() for v in first] == sizes
+    s = spans(first)
+    assert all(a[1] <= b[0] for a, b in zip(s, s[1:])), "views overlap"
+    bases = [slab.data_ptr() for slab in pool.slabs]
+    assert all(min(v.data_ptr() - b for b in bases if v.data_ptr() >= b) % ALIGN == 0 for v in first)
+    for i, v in enumerate(first):  # each view is writable memory of its own
+        v.fill_(i)
+    assert all(bool((v == i).all()) for i, v in enumerate(first))
+    slabs = len(pool.slabs)
+    pool.reset()
+    again = [pool.take(n) for n in sizes]
+    assert len(pool.slabs) == slabs, "the same batch again must not allocate"
+    assert [v.data_ptr() for v in again] == [v.data_ptr() for v in first]
+
+
+def test_pool_reserve_and_limit():
+    pool = PinnedSlabPool(slab_bytes=1024, limit_bytes=4096, pin_memory=False)
+    pool.reserve(3000)
+    assert pool.pinned_bytes == 3072 and pool.used_bytes == 0
+    for _ in range(3):
+        pool.take(1000)
+    assert len(pool.slabs) == 3
+    pool.take(1000)
+    with pytest.raises(MemoryError, match="guidance_host_gb"):
+        pool.take(1000)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return MoEForCausalLM(load_preset("tiny-kernels")).init_weights(seed=0).to(torch.bfloat16)
+
+
+def test_generate_checks_the_guidance_budget_before_any_work(model):
+    engine = RolloutEngine(model, EngineConfig(block_size=8, max_model_len=48, backend="kernels",
+                                               guidance_host_gb=1e-6), mode="nvfp4", capture="compact")
+    per_token = engine.guidance_capture.layout.bytes_per_token
+    assert engine.guidance_bytes_for(10) == 10 * per_token
+    budget_tokens = engine.guidance_limit_bytes // per_token
+    prompt = [[1, 2, 3]]
+    fits = SamplingParams(max_new_tokens=budget_tokens - 3, ignore_eos=True)
+    out = engine.generate(prompt, fits, seed=0)
+    assert out.guidance is not None
+    too_many = SamplingParams(max_new_tokens=budget_tokens - 2, ignore_eos=True)
+    with pytest.raises(ValueError, match="guidance_host_gb"):
+        engine.generate(prompt, too_many, seed=0)
+    with pytest.raises(ValueError, match="guidance_host_gb"):
+        engine.reserve_guidance(budget_tokens + 1)
+    with pytest.raises(ValueError, match="guidance_host_gb"):
+        EngineConfig(guidance_host_gb=0.0)
+
+
+def test_block_tables_are_built_once_per_batch(model):
+    engine = RolloutEngine(model, EngineConfig(block_size=4, max_model_len=40), mode="bf16")
+    runner = engine.runner
+    built = []
+    real = torch.zeros
+
+    def counting_zeros(*shape, **kw):
+        if len(shape) == 2 and shape[1] == runner.max_blocks_per_seq:
+            built.append(shape)
+        return real(*shape, **kw)
+
+    torch.zeros = counting_zeros
+    try:
+        # the 36-token prompt reaches max_model_len after 4 new tokens, the other runs on alone
+        out = engine.generate([[1, 2, 3, 4, 5], [6] * 36], SamplingParams(max_new_tokens=6, ignore_eos=True), seed=3)
+    finally:
+        torch.zeros = real
+    assert [len(s.output_ids) for s in out.samples] == [6, 4]
+    # prefill and decode of both sequences share one table; one more once the batch shrank
+    assert len(built) == 2, built
+    from trace_rl.engine.sequence import Sequence
+    seqs = [Sequence(100 + i, i, 0, i, [1] * n, n + 8) for i, n in enumerate((5, 13))]
+    for s in seqs:
+        engine.blocks.allocate(s)
+    tables = runner._block_tables(seqs)
+    want = torch.zeros(2, runner.max_blocks_per_seq, dtype=torch.int64)
+    for b, s in enumerate(seqs):
+        want[b, :len(s.block_table)] = torch.tensor(s.block_table)
+    assert torch.equal(tables, want)
+    assert runner._block_tables(seqs) is tables  # same batch: no rebuild
+    assert not torch.equal(runner._block_tables(seqs[::-1]), tables)
+    for s in seqs:
+        engine.blocks.release(s)
+        assert s.block_table_tensor is None
+
+
+def load_bench_rollout():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "profiling" / "bench_rollout.py"
+    spec = importlib.util.spec_from_file_location("bench_rollout", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+@pytest.mark.parametrize("mode,capture", [("bf16", "off"), ("nvfp4", "compact")])
+def test_bench_long_output_decode_points(model, mode, capture):
+    """bench_rollout --long-outputs on CPU: synthetic prefilled sequences decode through the
+    engine's own step (guidance captured for exactly the decoded positions), and give their
+    pages back."""
+    bench = load_bench_rollout()
+    cfg = EngineConfig(block_size=4, max_model_len=64, max_num_seqs=3, backend="kernels" if mode == "nvfp4" else "auto")
+    engine = RolloutEngine(model, cfg, mode=mode, capture=capture)
+    bench.fill_cache_randomly(engine.cache, seed=1)
+    pages = engine.cache.k[0]
+    filled = pages.codes if pages.quantized else pages.data
+    assert filled.float().abs().sum() > 0
+    free = len(engine.blocks.free)
+    seen = []
+    if capture != "off":
+        real = engine.guidance_capture.finalize
+        engine.guidance_capture.finalize = lambda: seen.append(real()) or seen[-1]
+    point = bench.time_decode_at(engine, batch=3, context_len=40, steps=4, warmup=2, seed=0)
+    assert point["context_len"] == 40 and point["step_ms"] > 0 and point["tokens_per_s"] > 0
+    assert len(engine.blocks.free) == free, "synthetic sequences must give their pages back"
+    if capture != "off":
+        (batch,) = seen
+        table = batch.tables[(0, "k")]
+        assert sorted(set(table.positions.tolist())) == list(range(40, 46))  # 2 warm-up + 4 timed steps
+        assert len(set(table.seq_ids.tolist())) == 3
+        assert point["guidance_finalize_ms"] is not None
+
+
+def test_bench_capture_ab_pairs_two_engines(model):
+    """bench_rollout --capture-ab / --capture-ab-generate on CPU: both arms run the same number
+    of interleaved steps (or generate calls) and the report's cost is their ratio."""
+    import argparse
+    bench = load_bench_rollout()
+    args = argparse.Namespace(block_size=4, max_batched_tokens=64, seed=0, ab_rounds=2, ab_steps=2,
+                              ab_generate_rounds=2)
+    preset_model = model
+    row = bench.capture_ab_decode(preset_model, args, batch=2, context_len=12, device=torch.device("cpu"))
+    assert row["rounds"] == 2 and len(row["round_costs"]) == 2
+    assert row["step_ms_off"] > 0 and row["step_ms_compact"] > 0
+    assert row["capture_cost"] == pytest.approx(row["step_ms_compact"] / row["step_ms_off"] - 1)
+    gen = bench.capture_ab_generate(preset_model, args, batch=2, prompt_len=5, new_tokens=3, device=torch.device("cpu"))
+    assert len(gen["runs"]["off"]) == len(gen["runs"]["compact"]) == 2
+    assert gen["wall_cost"] == pytest.approx(gen["compact"]["wall_s"] / gen["off"]["wall_s"] - 1)
+
+
+def test_copy_queue_paces_oldest_first():
+    from trace_rl.engine.guidance_capture import CopyQueue
+    q = CopyQueue()
+    q.push("prefill", 100)
+    q.push("empty", 0)  # nothing to copy: never queued
+    q.push("decode1", 10)
+    assert q.backlog == 110
+    pieces, done = q.take(30)
+    assert pieces == [("prefill", 0, 30)] and done == [] and q.backlog == 80
+    pieces, done = q.take(75)
+    assert pieces == [("prefill", 30, 100), ("decode1", 0, 5)] and done == ["prefill"] and q.backlog == 5
+    q.push("decode2", 10)
+    pieces, done = q.take(1000)
+    assert pieces == [("decode1", 5, 10), ("decode2", 0, 10)] and done == ["decode1", "decode2"]
+    assert q.backlog == 0 and not q.items
+    assert q.take(10) == ([], [])
+    q.push("x", 4)
+    q.clear()
+    assert q.backlog == 0 and q.take(10) == ([], [])
