@@ -213,10 +213,9 @@ class AsyncGuidanceCapture:
             positions = torch.cat([c[2] for c in self._chunks])
             # every table has the arena's rows: sort (and drop repeated keys) once, for all of them
             order = row_order(seq_ids, positions)
-            arena = torch.cat([c[0] for c in self._chunks])  # [R, bytes]
+            arena = torch.cat([c[0] for c in self._chunks])[order]  # [R', bytes], a new tensor
             seq_ids, positions = seq_ids[order], positions[order]
-            # rows gathered in order field by field: new tensors, one pass (no sorted arena copy)
-            for (layer, site), f in self.layout.unpack(arena, order).items():
+            for (layer, site), f in self.layout.unpack(arena).items():
                 tables[(layer, site)] = GuidanceTable(seq_ids.clone(), positions.clone(), f["scale"],
                                                       f["block_scales"], f["payload"], f.get("experts"))
         return GuidanceBatch(self.layout.mode, tables)

@@ -207,16 +207,14 @@ class GuidanceLayout:
                              f"{n_slots} rows of {row_bytes} bytes")
         arena[:, off:off + n_slots * row_bytes].copy_(packed.reshape(N, n_slots * row_bytes))
 
-    def unpack(self, arena: Tensor, rows: Tensor | None = None) -> dict[tuple[int, str], dict[str, Tensor]]:
-        """Host arena uint8 [R, bytes_per_token] -> {(layer, site): {field: [R', *shape]}} (experts int64);
-        rows int64 [R'] picks and orders the rows (gathered field by field: one pass over the bytes)."""
+    def unpack(self, arena: Tensor) -> dict[tuple[int, str], dict[str, Tensor]]:
+        """Host arena uint8 [R, bytes_per_token] -> {(layer, site): {field: [R, *shape]}} (experts int64)."""
         if arena.dim() != 2 or arena.shape[1] != self.bytes_per_token or arena.dtype != torch.uint8:
             raise ValueError(f"arena must be uint8 [R, {self.bytes_per_token}], got {arena.dtype} {tuple(arena.shape)}")
-        R = arena.shape[0] if rows is None else rows.numel()
+        R = arena.shape[0]
         out: dict[tuple[int, str], dict[str, Tensor]] = {}
         for (layer, site, name), f in self.fields.items():
-            view = self._field_view(arena, f)  # [R, slots, bytes per slot], strided
-            raw = view.contiguous() if rows is None else view.index_select(0, rows)
+            raw = self._field_view(arena, f).contiguous()  # [R, slots, bytes per slot]
             v = raw.view(f.dtype).reshape(R, *f.shape)
             out.setdefault((layer, site), {})[name] = v.to(torch.int64) if name == "experts" else v
         return out
