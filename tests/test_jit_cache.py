@@ -80,6 +80,26 @@ def test_header_edit_changes_the_key(tmp_path):
     assert cache.header_digest(include) not in (before, edited)
 
 
+def test_kernel_keys_follow_only_their_own_headers(tmp_path):
+    """A kernel is keyed on the headers its source reaches (transitively): editing or adding another
+    header leaves its key alone; editing one it includes, even indirectly, changes it."""
+    include = tmp_path / "include"
+    shutil.copytree(paths.include_dir(), include)
+    source = quantize.spec("bf16", 64).render()
+    reached = {p.relative_to(include).as_posix() for p in cache.included_headers(source, include)}
+    assert {"trace_kernels/quantize.cuh", "trace_kernels/nvfp4.cuh", "trace_kernels/vec.cuh"} <= reached
+    assert "trace_kernels/attention_decode.cuh" not in reached
+    before = cache.header_digest(include, source=source)
+    assert before == cache.header_digest(include, source=source) != cache.header_digest(include)
+    (include / "trace_kernels" / "new_variant.cuh").write_text("#pragma once\n")
+    unrelated = include / "trace_kernels" / "attention_decode.cuh"
+    unrelated.write_text(unrelated.read_text() + "\n// an edit\n")
+    assert cache.header_digest(include, source=source) == before
+    indirect = include / "trace_kernels" / "vec.cuh"  # quantize.cuh -> vec.cuh
+    indirect.write_text(indirect.read_text() + "\n// an edit\n")
+    assert cache.header_digest(include, source=source) != before
+
+
 def test_build_then_reuse(fake_nvcc):
     spec = quantize.spec("bf16", 64)
     entry = jit.build(spec)

@@ -29,7 +29,7 @@ def manifest_entry(spec: KernelSpec, source: str) -> dict:
         includes = []  # e.g. CUTLASS not installed: the build of this kernel will fail and say so
     return {"op": spec.op, "source": f"{spec.name}.cu", "cubin": f"{spec.name}.cubin", "template": spec.template,
             "params": dict(spec.params), "nvcc_flags": compiler.flags(spec), "include_dirs": includes,
-            "source_key": cache.source_key(source + _extra_key(spec), cache.header_digest())}
+            "source_key": cache.source_key(source + _extra_key(spec), cache.header_digest(source=source))}
 
 
 def generate(specs: list[KernelSpec], out_dir: str | Path) -> list[Path]:

@@ -29,9 +29,10 @@ _lock = threading.Lock()
 _resolved: dict[str, Path] = {}
 
 
-@functools.lru_cache(maxsize=1)
-def _headers() -> str:
-    return cache.header_digest()
+@functools.lru_cache(maxsize=None)
+def _headers(source: str) -> str:
+    """Digest of the headers this source includes (memoized: a process renders few distinct sources)."""
+    return cache.header_digest(source=source)
 
 
 def _extra_key(spec: KernelSpec) -> str:
@@ -39,7 +40,7 @@ def _extra_key(spec: KernelSpec) -> str:
 
 
 def key_for(spec: KernelSpec, source: str, nvcc: str) -> str:
-    return cache.cache_key(source, compiler.flags(spec), compiler.nvcc_version(nvcc), _headers(), _extra_key(spec))
+    return cache.cache_key(source, compiler.flags(spec), compiler.nvcc_version(nvcc), _headers(source), _extra_key(spec))
 
 
 @functools.lru_cache(maxsize=1)
@@ -55,7 +56,7 @@ def _aot_cubin(spec: KernelSpec, source: str) -> Path | None:
     item = _aot_manifest().get(spec.name)
     if not item or env.flag("LINEINFO"):
         return None
-    if item.get("source_key") != cache.source_key(source + _extra_key(spec), _headers()):
+    if item.get("source_key") != cache.source_key(source + _extra_key(spec), _headers(source)):
         return None
     path = paths.aot_dir() / item["cubin"]
     return path if path.is_file() else None

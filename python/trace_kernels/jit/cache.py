@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -37,15 +38,41 @@ def cache_root() -> Path:
     return base / f"v{CACHE_FORMAT}"
 
 
-def header_digest(include_dir: Path | None = None) -> str:
-    """sha256 over every header under the include dir (relative path + bytes), in sorted order.
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
 
-    Hashing the whole (small) tree rather than running the preprocessor keeps a cache lookup cheap;
-    any header edit changes every key, which is the safe direction.
+
+def included_headers(source: str, include_dir: Path | None = None) -> list[Path]:
+    """The project headers a source reaches through `#include "..."`, transitively, sorted.
+
+    Read as text, so an include inside an `#if` counts whether or not it is taken (a superset of
+    what the preprocessor opens: the safe direction). Names that do not resolve under the include
+    dir (CUDA, CUTLASS) are left out: the nvcc version and the CUTLASS version key those.
     """
     root = include_dir or paths.include_dir()
+    seen: set[str] = set()
+    pending = _QUOTED_INCLUDE.findall(source)
+    while pending:
+        name = pending.pop()
+        path = root / name
+        if name in seen or not path.is_file():
+            continue
+        seen.add(name)
+        pending += _QUOTED_INCLUDE.findall(path.read_text())
+    return sorted(root / name for name in seen)
+
+
+def header_digest(include_dir: Path | None = None, source: str | None = None) -> str:
+    """sha256 over headers (relative path + bytes) in sorted order: those `source` includes
+    (transitively, ``included_headers``), or with source None every header under the include dir.
+
+    Hashing the files rather than running the preprocessor keeps a cache lookup cheap; keying a
+    kernel on its own headers means a new or edited header rebuilds only the kernels that include it.
+    """
+    root = include_dir or paths.include_dir()
+    files = (sorted(p for p in root.rglob("*") if p.is_file()) if source is None
+             else included_headers(source, root))
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
