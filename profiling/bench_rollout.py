@@ -224,6 +224,17 @@ def synthetic_running(engine, batch: int, context_len: int, budget: int, seed: i
     return scheduler
 
 
+def decode_step_seconds(engine, scheduler, sampling: SamplingParams, seed: int, routing, n: int) -> list[float]:
+    """Host wall seconds of each of n decode steps of the scheduler's running sequences."""
+    from trace_rl.engine.engine import new_step_stats
+    out = []
+    for _ in range(n):
+        stats = new_step_stats()
+        engine._step(scheduler, sampling, seed, set(), routing, stats)
+        out.append(stats["decode_s"])
+    return out
+
+
 def time_decode_at(engine, batch: int, context_len: int, steps: int, warmup: int, seed: int) -> dict:
     """Median decode-step ms (host wall: forward, guidance copy, sampling, the token sync) over
     `steps` steps of `batch` sequences that start at `context_len` tokens; guidance finalize ms."""
@@ -234,13 +245,9 @@ def time_decode_at(engine, batch: int, context_len: int, steps: int, warmup: int
     capture = engine.guidance_capture
     if capture is not None:
         capture.clear()
-    routing, times = _RoutingLog(), []
+    routing = _RoutingLog()
     try:
-        for i in range(warmup + steps):
-            stats = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0, "decode_tokens": 0}
-            engine._step(scheduler, sp, seed, set(), routing, stats)
-            if i >= warmup:
-                times.append(stats["decode_s"])
+        times = decode_step_seconds(engine, scheduler, sp, seed, routing, warmup + steps)[warmup:]
         finalize_ms = None
         if capture is not None:
             t0 = time.perf_counter()
@@ -339,12 +346,7 @@ def capture_ab_decode(model, args, batch: int, context_len: int, device) -> dict
             scheds[c] = synthetic_running(e, batch, context_len, budget, args.seed)
 
         def run(c: str, n: int) -> list[float]:
-            out = []
-            for _ in range(n):
-                stats = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0, "decode_tokens": 0}
-                engines[c]._step(scheds[c], sp, args.seed, set(), routing[c], stats)
-                out.append(stats["decode_s"])
-            return out
+            return decode_step_seconds(engines[c], scheds[c], sp, args.seed, routing[c], n)
 
         for c in arms:
             run(c, warmup)  # graph capture of the bucket

@@ -178,3 +178,11 @@ def test_copy_queue_paces_oldest_first():
     q.push("x", 4)
     q.clear()
     assert q.backlog == 0 and q.take(10) == ([], [])
+
+
+@pytest.mark.parametrize("bad", [dict(guidance_copy_mb_per_step=0), dict(guidance_copy_mb_per_step=1.5),
+                                 dict(guidance_host_gb=-1.0)])
+def test_guidance_knobs_reject_bad_values(bad):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        EngineConfig(**bad)

@@ -79,6 +79,11 @@ class _RoutingLog:
         return out
 
 
+def new_step_stats() -> dict:
+    """The per-call counters ``_step`` adds to (seconds and tokens of prefill and decode)."""
+    return {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0, "decode_tokens": 0}
+
+
 def guidance_host_limit(config: EngineConfig) -> int:
     """Bytes of pinned host memory guidance capture may hold per generate call."""
     if config.guidance_host_gb is not None:
@@ -321,8 +326,7 @@ class RolloutEngine:
         if self.guidance_capture is not None:
             self.guidance_capture.clear()
         routing = _RoutingLog()
-        stats = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0,
-                 "decode_tokens": 0}
+        stats = new_step_stats()
         try:
             while not scheduler.done:
                 self._step(scheduler, sampling, seed, stop, routing, stats)

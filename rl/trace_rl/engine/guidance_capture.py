@@ -23,8 +23,9 @@ them, ``enqueue`` sends the excess at once.
 
 Host memory comes from a ``PinnedSlabPool`` that lives as long as the capture: steps take
 consecutive pieces of large page-locked slabs, and ``clear`` hands them all back for the next
-batch. Page-locking is slow (a fresh pinned buffer per step cost ~1.5 ms of a 10.7 ms decode step
-at batch 512 on the H200), so it is paid once per slab, the first time a batch needs it.
+batch: page-locking is paid once per slab, the first time a batch needs it, not once per step.
+(This alone did not remove the capture cost measured at batch 512 on the H200; the copy timing
+above did most of that, docs/rollout.md.)
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from trace_rl.guidance_store import GuidanceBatch, GuidanceTable, row_order
 
 SLAB_BYTES = 256 << 20  # page-locked per allocation: large enough that a batch needs few
 ALIGN = 256
-COPY_BYTES_PER_STEP = 32 << 20  # ~1.5 ms of PCIe per step: inside a decode step's GPU time
+COPY_BYTES_PER_STEP = 32 << 20  # ~0.6 ms at the H200's 55 GB/s device-to-host: inside a decode step
 MAX_BACKLOG_BYTES = 1 << 30  # device memory the queued arenas may hold
 
 
