@@ -375,37 +375,77 @@ def capture_ab_decode(model, args, batch: int, context_len: int, device) -> dict
     return row
 
 
+DRAIN_STEPS = 40  # decode steps that send the prefill's leftover guidance (~1 GiB at 32 MB a step)
+
+
+def _ab_engine(model, cfg, arm: str, device) -> RolloutEngine:
+    """An nvfp4 engine for one --ab-generate-arms arm: off | compact | compact-nocopy (guidance
+    stays on the device until finalize: no copy during the loop) | compact-noqueue (the step
+    writes guidance on the device, nothing is copied or kept: the in-graph cost alone)."""
+    capture, _, variant = arm.partition("-")
+    engine = RolloutEngine(model, cfg, mode="nvfp4", capture=capture, device=device)
+    cap = engine.guidance_capture
+    if variant and cap is None:
+        raise ValueError(f"arm {arm!r} needs the kernels' guidance capture (a CUDA device)")
+    if variant == "nocopy":
+        cap.copy_bytes_per_step, cap.max_backlog_bytes = 0, 1 << 62
+    elif variant == "noqueue":
+        cap.enqueue = lambda *a, **k: None
+    elif variant:
+        raise ValueError(f"unknown arm {arm!r}")
+    return engine
+
+
 def capture_ab_generate(model, args, batch: int, prompt_len: int, new_tokens: int, device) -> dict:
-    """Whole generate calls (prefill, decode, guidance finalize) alternating between an nvfp4 engine
-    without and with compact capture, --ab-generate-rounds each: what capture costs a rollout batch
-    end to end, including moving the prefill's guidance and building the tables."""
+    """Whole generate calls (prefill, decode, guidance finalize) in rounds over nvfp4 engines that
+    exist side by side (--ab-generate-arms, the order rotating every round; one untimed full
+    generate each first), --ab-generate-rounds each: what capture costs a rollout batch end to
+    end, including moving the prefill's guidance and building the tables. Costs are against "off"."""
     cfg = EngineConfig(block_size=args.block_size, max_num_seqs=batch, max_model_len=prompt_len + new_tokens,
                        max_num_batched_tokens=max(args.max_batched_tokens, prompt_len), cuda_graphs=True)
-    arms = ("off", "compact")
-    engines = {c: RolloutEngine(model, cfg, mode="nvfp4", capture=c, device=device) for c in arms}
+    arms = tuple(getattr(args, "ab_generate_arms", "off,compact").split(","))
+    if "off" not in arms:
+        raise ValueError("--ab-generate-arms needs the 'off' arm (costs are relative to it)")
+    engines = {a: _ab_engine(model, cfg, a, device) for a in arms}
     prompts = random_prompts(batch, prompt_len, model.config.vocab_size, args.seed)
     sp = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, ignore_eos=True)
     for e in engines.values():
         e.reserve_guidance(batch * (prompt_len + new_tokens))
-        e.generate(prompts, SamplingParams(max_new_tokens=3, ignore_eos=True), seed=1)  # warm-up
-    runs = {c: [] for c in arms}
+        e.generate(prompts, sp, seed=args.seed + 1)  # warm-up: graphs, pinned slabs, finalize's buffer
+    runs = {a: [] for a in arms}
     for r in range(args.ab_generate_rounds):
-        for c in (arms if r % 2 == 0 else arms[::-1]):
+        for a in arms[r % len(arms):] + arms[:r % len(arms)]:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
+            started = time.time()  # wall clock, to line runs up with a clock/power log
             t0 = time.perf_counter()
-            out = engines[c].generate(prompts, sp, seed=args.seed)
+            out = engines[a].generate(prompts, sp, seed=args.seed)
             wall = time.perf_counter() - t0
             st = out.stats
-            runs[c].append({"wall_s": wall, "prefill_s": st["prefill_s"], "decode_s": st["decode_s"],
-                            "rest_s": wall - st["prefill_s"] - st["decode_s"]})
+            steps = st["decode_step_s"]
+            head = steps[:DRAIN_STEPS]
+            runs[a].append({"started_unix": started, "wall_s": wall, "prefill_s": st["prefill_s"],
+                            "decode_s": st["decode_s"],
+                            "rest_s": wall - st["prefill_s"] - st["decode_s"],
+                            "finalize_s": st.get("guidance_finalize_s", 0.0),
+                            "capture_host_s": st.get("capture_host_s", 0.0),
+                            "step_ms_median": 1e3 * statistics.median(steps),
+                            "first_steps_ms_mean": 1e3 * statistics.fmean(head),
+                            "later_steps_ms_mean": 1e3 * statistics.fmean(steps[DRAIN_STEPS:] or head)})
             del out
-    med = {c: {k: statistics.median(x[k] for x in runs[c]) for k in runs[c][0]} for c in arms}
+    med = {a: {k: statistics.median(x[k] for x in runs[a]) for k in runs[a][0] if k != "started_unix"} for a in arms}
+    cost = lambda a, k: med[a][k] / med["off"][k] - 1
     row = {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens, "rounds": args.ab_generate_rounds,
-           "off": med["off"], "compact": med["compact"], "runs": runs,
-           "decode_cost": med["compact"]["decode_s"] / med["off"]["decode_s"] - 1,
-           "prefill_cost": med["compact"]["prefill_s"] / med["off"]["prefill_s"] - 1,
-           "wall_cost": med["compact"]["wall_s"] / med["off"]["wall_s"] - 1}
+           "arms": list(arms), **{a: med[a] for a in arms}, "runs": runs,
+           "costs": {a: {"decode": cost(a, "decode_s"), "decode_step_median": cost(a, "step_ms_median"),
+                         "prefill": cost(a, "prefill_s"), "wall": cost(a, "wall_s"),
+                         "paired_decode": [y["decode_s"] / x["decode_s"] - 1 for x, y in zip(runs["off"], runs[a])],
+                         "paired_step_median": [y["step_ms_median"] / x["step_ms_median"] - 1
+                                                for x, y in zip(runs["off"], runs[a])]}
+                     for a in arms if a != "off"}}
+    if "compact" in arms:  # the headline pair, as earlier reports had it
+        row.update(decode_cost=cost("compact", "decode_s"), decode_step_median_cost=cost("compact", "step_ms_median"),
+                   prefill_cost=cost("compact", "prefill_s"), wall_cost=cost("compact", "wall_s"))
     del engines
     free_device_memory()
     return row
@@ -467,6 +507,8 @@ def main(argv=None) -> dict:
     p.add_argument("--ab-rounds", type=int, default=8)
     p.add_argument("--ab-steps", type=int, default=8, help="decode steps per engine per round")
     p.add_argument("--ab-generate-rounds", type=int, default=2)
+    p.add_argument("--ab-generate-arms", default="off,compact",
+                   help="comma-separated: off (needed), compact, compact-nocopy, compact-noqueue")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON output path")
     args = p.parse_args(argv)
@@ -530,11 +572,17 @@ def main(argv=None) -> dict:
         r = capture_ab_generate(model, args, batch, prompt, new, device)
         ab_rows.append({"kind": "generate", **r})
         save(args, rows, long_rows, [], skipped, start, ab_rows)
-        o, c = r["off"], r["compact"]
-        print(f"capture A/B generate batch {batch} prompt {prompt} new {new}: decode {o['decode_s']:.3f} -> "
-              f"{c['decode_s']:.3f} s ({100 * r['decode_cost']:+.1f}%), prefill {o['prefill_s']:.3f} -> {c['prefill_s']:.3f} s "
-              f"({100 * r['prefill_cost']:+.1f}%), wall {o['wall_s']:.3f} -> {c['wall_s']:.3f} s ({100 * r['wall_cost']:+.1f}%; "
-              f"finalize and host work {o['rest_s']:.3f} -> {c['rest_s']:.3f} s)", flush=True)
+        o = r["off"]
+        for a in [x for x in r["arms"] if x != "off"]:
+            c, k = r[a], r["costs"][a]
+            print(f"capture A/B generate batch {batch} prompt {prompt} new {new}, {a}: decode {o['decode_s']:.3f} -> "
+                  f"{c['decode_s']:.3f} s ({100 * k['decode']:+.1f}%), prefill {o['prefill_s']:.3f} -> {c['prefill_s']:.3f} s "
+                  f"({100 * k['prefill']:+.1f}%), wall {o['wall_s']:.3f} -> {c['wall_s']:.3f} s ({100 * k['wall']:+.1f}%; "
+                  f"finalize and host work {o['rest_s']:.3f} -> {c['rest_s']:.3f} s, finalize {c['finalize_s']:.3f} s, "
+                  f"capture host calls {c['capture_host_s']:.3f} s); median step {o['step_ms_median']:.3f} -> "
+                  f"{c['step_ms_median']:.3f} ms ({100 * k['decode_step_median']:+.1f}%), first {DRAIN_STEPS} steps "
+                  f"{o['first_steps_ms_mean']:.3f} -> {c['first_steps_ms_mean']:.3f} ms, later "
+                  f"{o['later_steps_ms_mean']:.3f} -> {c['later_steps_ms_mean']:.3f} ms", flush=True)
     summary = summarize(rows) + summarize_long(long_rows)
     print("\n".join(summary))
     if skipped:

@@ -183,8 +183,11 @@ class GuidanceBatch:
         distinct tokens and bytes/token."""
         nbytes = sum(t.guidance_nbytes for t in self.tables.values())
         elems = sum(t.num_elements for t in self.tables.values())
-        keys = [_keys(t.seq_ids, t.positions).cpu() for t in self.tables.values()]
-        tokens = int(torch.unique(torch.cat(keys)).numel()) if keys else 0
+        # tables that share their key columns (as the engine's capture makes them) count once;
+        # a table's keys are unique, so one set of them needs no torch.unique
+        distinct = {(t.seq_ids.data_ptr(), t.positions.data_ptr(), t.num_rows): t for t in self.tables.values()}
+        keys = [_keys(t.seq_ids, t.positions).cpu() for t in distinct.values()]
+        tokens = keys[0].numel() if len(keys) == 1 else int(torch.unique(torch.cat(keys)).numel()) if keys else 0
         return {"mode": self.mode, "guidance_bytes": nbytes, "elements": elems,
                 "bits_per_element": 8.0 * nbytes / elems if elems else 0.0,
                 "tokens": tokens, "bytes_per_token": nbytes / tokens if tokens else 0.0}
@@ -212,11 +215,19 @@ def _checksum(tensors: dict[str, Tensor]) -> str:
 
 
 def _flatten(batch: GuidanceBatch) -> dict[str, Tensor]:
-    out = {}
+    """File tensors, each in memory of its own (safetensors refuses tensors that share memory, as
+    the engine's tables do: key columns shared by all tables, fields that view one buffer)."""
+    out, seen = {}, set()
     for (layer, site), t in batch.tables.items():
         for field, v in t.tensors().items():
             name = _PAYLOAD_NAME[batch.mode] if field == "payload" else field
-            out[f"L{layer}.{site}.{name}"] = v.detach().contiguous().cpu()
+            v = v.detach().cpu()
+            owns = (v.is_contiguous() and v.storage_offset() == 0
+                    and v.untyped_storage().nbytes() == v.numel() * v.element_size())
+            if not owns or v.untyped_storage().data_ptr() in seen:
+                v = v.clone(memory_format=torch.contiguous_format)
+            seen.add(v.untyped_storage().data_ptr())
+            out[f"L{layer}.{site}.{name}"] = v
     return out
 
 

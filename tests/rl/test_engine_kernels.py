@@ -87,13 +87,17 @@ def test_kernel_routing_equals_moe_routing(N, k, E):
 
 @pytest.mark.parametrize("mode", ["compact", "full"])
 def test_guidance_layout_round_trip(model, mode):
+    """GuidanceParts -> one arena -> unpack gives back every field bit for bit (moe_act's sorted
+    rows gathered into (token, slot) order); fields tile the row without overlap, each aligned."""
     cfg = load_preset("small")  # dense layer 0: no MoE sites there
     layout = GuidanceLayout(cfg, mode)
     assert (0, "moe_in") not in layout.tables and (1, "moe_act") in layout.tables and (0, "k") in layout.tables
+    spans = sorted((f.offset, f.offset + f.nbytes) for f in layout.fields.values())
+    assert spans[0][0] == 0 and spans[-1][1] == layout.bytes_per_token
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert all(f.offset % f.dtype.itemsize == 0 for f in layout.fields.values())
     gen = torch.Generator().manual_seed(1)
     N = 5
-    arena = layout.new_arena(N, "cpu")
-    arena.fill_(0xFF)
     want = {}
     for (layer, site, name), f in layout.fields.items():
         if name == "experts":
@@ -102,37 +106,39 @@ def test_guidance_layout_round_trip(model, mode):
             v = torch.randn(N, *f.shape, generator=gen)
         else:
             v = torch.randint(0, 0x7F, (N, *f.shape), dtype=torch.uint8, generator=gen).view(f.dtype)
-        layout.put(arena, layer, site, name, v)
         want[(layer, site, name)] = v
-    assert sum(f.nbytes for f in layout.fields.values()) == layout.bytes_per_token
+    parts = layout.collector()
+    for layer, site in layout.tables:
+        w = [want[(layer, site, name)] for name in ("scale", "block_scales", "payload")]
+        if site == "moe_act":  # hand the rows over in a shuffled "sorted" order, with their slot map
+            k = w[0].shape[1]
+            order = torch.randperm(N * k, generator=gen)  # sorted row i holds flat slot order[i]
+            slot_rows = torch.empty(N * k, dtype=torch.int64)
+            slot_rows[order] = torch.arange(N * k)
+            shuffled = [v.reshape(N * k, *v.shape[2:])[order] for v in w]
+            parts.add_rows(layer, site, *shuffled, rows=slot_rows.view(N, k))
+            parts.add_experts(layer, want[(layer, site, "experts")])
+        else:
+            parts.add_rows(layer, site, *w)
+    arena = parts.assemble()
+    assert arena.shape == (N, layout.bytes_per_token)
     for (layer, site), fields in layout.unpack(arena).items():
         for name, v in fields.items():
             w = want[(layer, site, name)]
             assert v.dtype == (torch.int64 if name == "experts" else w.dtype)
-            assert torch.equal(bytes_of(v), bytes_of(w)), (layer, site, name)
-    # put_rows writes a whole site in one copy: same bytes as the field-wise puts
-    rows_arena = layout.new_arena(N, "cpu").fill_(0xFF)
-    for layer, site in layout.tables:
-        w = {name: want[(layer, site, name)] for name in ("scale", "block_scales", "payload")}
-        if site == "moe_act":  # sorted rows [M] gathered into (token, slot) order
-            k = w["scale"].shape[1]
-            order = torch.randperm(N * k, generator=gen)
-            sorted_rows = {name: torch.empty(N * k, *v.shape[2:], dtype=v.dtype) for name, v in w.items()}
-            for name, v in w.items():
-                byte_rows = lambda t: t.contiguous().view(torch.uint8).view(N * k, -1)
-                byte_rows(sorted_rows[name])[order] = byte_rows(v.reshape(N * k, *v.shape[2:]))
-            layout.put_rows(rows_arena, layer, site, *sorted_rows.values(), rows=order.view(N, k))
-            layout.put(rows_arena, layer, site, "experts", want[(layer, site, "experts")])
-        else:
-            layout.put_rows(rows_arena, layer, site, *w.values())
-    assert torch.equal(rows_arena, arena)
-    with pytest.raises(ValueError, match="bytes"):
-        layout.put_rows(rows_arena, 0, "k", want[(0, "k", "scale")], want[(0, "k", "block_scales")],
-                        want[(0, "k", "payload")][..., :-1])
+            assert torch.equal(bytes_of(v.contiguous()), bytes_of(w)), (layer, site, name)
+    bad = layout.collector()
+    with pytest.raises(ValueError, match="expected"):  # a payload one byte short per row
+        bad.add_rows(0, "k", want[(0, "k", "scale")], want[(0, "k", "block_scales")],
+                     want[(0, "k", "payload")][..., :-1])
     with pytest.raises(ValueError, match="expected"):
-        layout.put(arena, 1, "moe_in", "scale", torch.zeros(N + 1))
-    with pytest.raises(TypeError, match="dtype"):
-        layout.put(arena, 1, "moe_in", "scale", torch.zeros(N, dtype=torch.float64))
+        bad.add_rows(1, "moe_in", want[(1, "moe_in", "scale")].double(), want[(1, "moe_in", "block_scales")],
+                     want[(1, "moe_in", "payload")])
+    bad.add_rows(0, "k", *(want[(0, "k", n)] for n in ("scale", "block_scales", "payload")))
+    with pytest.raises(ValueError, match="tokens"):
+        bad.add_rows(0, "v", *(want[(0, "v", n)][:N - 1] for n in ("scale", "block_scales", "payload")))
+    with pytest.raises(ValueError, match="lacks"):
+        bad.assemble()
 
 
 def test_kernel_support_and_backend_choice(model):

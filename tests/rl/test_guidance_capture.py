@@ -157,6 +157,10 @@ def test_bench_capture_ab_pairs_two_engines(model):
     gen = bench.capture_ab_generate(preset_model, args, batch=2, prompt_len=5, new_tokens=3, device=torch.device("cpu"))
     assert len(gen["runs"]["off"]) == len(gen["runs"]["compact"]) == 2
     assert gen["wall_cost"] == pytest.approx(gen["compact"]["wall_s"] / gen["off"]["wall_s"] - 1)
+    assert gen["costs"]["compact"]["decode"] == pytest.approx(gen["decode_cost"])
+    args.ab_generate_arms = "off,compact-nocopy"  # the diagnostic arms need the kernels' capture (CUDA)
+    with pytest.raises(ValueError, match="kernels' guidance capture"):
+        bench.capture_ab_generate(preset_model, args, batch=2, prompt_len=5, new_tokens=3, device=torch.device("cpu"))
 
 
 def test_copy_queue_paces_oldest_first():
@@ -186,3 +190,92 @@ def test_guidance_knobs_reject_bad_values(bad):
     name = next(iter(bad))
     with pytest.raises(ValueError, match=name):
         EngineConfig(**bad)
+
+
+def _random_arena(layout, n: int, gen: torch.Generator) -> torch.Tensor:
+    return torch.randint(0, 256, (n, layout.bytes_per_token), dtype=torch.uint8, generator=gen)
+
+
+def test_finalize_sorts_rows_and_keeps_the_last_of_a_repeated_key():
+    """AsyncGuidanceCapture.finalize on CPU against a per-row dictionary: every table row is the
+    field of the last arena row recorded for its (seq_id, position), rows sorted by key."""
+    from trace_rl.engine.guidance_capture import AsyncGuidanceCapture
+    from trace_rl.engine.kernel_layout import GuidanceLayout
+    layout = GuidanceLayout(load_preset("tiny-kernels"), "compact")
+    cap = AsyncGuidanceCapture(layout, "cpu")
+    gen = torch.Generator().manual_seed(5)
+    steps = [(torch.tensor([3, 3, 3, 0, 0]), torch.tensor([0, 1, 2, 0, 1])),  # a prefill chunk
+             (torch.tensor([0, 3]), torch.tensor([2, 3])),
+             (torch.tensor([3, 0]), torch.tensor([4, 2]))]  # (0, 2) again: this row wins
+    latest = {}
+    for seq, pos in steps:
+        arena = _random_arena(layout, seq.numel(), gen)
+        cap.enqueue(arena, seq, pos, reused=False)
+        for i, key in enumerate(zip(seq.tolist(), pos.tolist())):
+            latest[key] = arena[i]
+    batch = cap.finalize()
+    keys = sorted(latest)
+    assert batch.stats()["tokens"] == len(keys)
+    for (layer, site), table in batch.tables.items():
+        assert list(zip(table.seq_ids.tolist(), table.positions.tolist())) == keys
+        for name, value in table.tensors().items():
+            if name in ("seq_ids", "positions"):
+                continue
+            f = layout.fields[(layer, site, name)]
+            want = torch.stack([latest[k][f.offset:f.offset + f.nbytes] for k in keys])
+            got = value.to(torch.int16) if name == "experts" else value
+            assert torch.equal(got.contiguous().view(torch.uint8).reshape(len(keys), -1), want), (layer, site, name)
+
+
+def test_finalize_reuses_its_buffer_only_once_the_last_batch_is_gone():
+    from trace_rl.engine.guidance_capture import AsyncGuidanceCapture
+    from trace_rl.engine.kernel_layout import GuidanceLayout
+    layout = GuidanceLayout(load_preset("tiny-kernels"), "compact")
+    cap = AsyncGuidanceCapture(layout, "cpu")
+    gen = torch.Generator().manual_seed(6)
+
+    def one_batch():
+        cap.enqueue(_random_arena(layout, 4, gen), torch.arange(4), torch.zeros(4, dtype=torch.int64), reused=False)
+        batch = cap.finalize()
+        cap.clear()
+        return batch
+
+    first = one_batch()
+    table = next(iter(first.tables.values()))
+    kept, first_ptr = table.payload.clone(), table.payload.data_ptr()
+    view = table.payload[1:]  # outlives the batch: the buffer must not be reused under it
+    del first, table
+    second = one_batch()
+    assert torch.equal(view, kept[1:]), "an earlier batch's memory was overwritten"
+    assert next(iter(second.tables.values())).payload.data_ptr() != first_ptr
+    del view
+    ptr = next(iter(second.tables.values())).payload.data_ptr()
+    del second
+    third = one_batch()  # nothing references the buffer now: reused
+    assert next(iter(third.tables.values())).payload.data_ptr() == ptr
+
+
+def test_unpack_views_the_rows_and_the_store_writes_them(tmp_path):
+    """Finalized tables are views of one buffer with shared key columns; the guidance file still
+    gets each tensor in memory of its own and reads back equal."""
+    from trace_rl.engine.guidance_capture import AsyncGuidanceCapture
+    from trace_rl.engine.kernel_layout import GuidanceLayout
+    from trace_rl.guidance_store import read_guidance, write_guidance
+    layout = GuidanceLayout(load_preset("small"), "full")
+    gen = torch.Generator().manual_seed(7)
+    arena = _random_arena(layout, 3, gen)
+    lo, hi = arena.data_ptr(), arena.data_ptr() + arena.numel()
+    for fields in layout.unpack(arena).values():
+        for name, v in fields.items():
+            if name != "experts":
+                assert lo <= v.data_ptr() < hi, name
+    for rows in (1, 3):  # one row: its field views are contiguous, still not the file's own memory
+        cap = AsyncGuidanceCapture(layout, "cpu")
+        cap.enqueue(arena[:rows], torch.arange(rows), torch.zeros(rows, dtype=torch.int64), reused=False)
+        batch = cap.finalize()
+        write_guidance(tmp_path / f"g{rows}.safetensors", batch)
+        back = read_guidance(tmp_path / f"g{rows}.safetensors")
+        for key, t in batch.tables.items():
+            for name, v in t.tensors().items():
+                stored = back.tables[key].tensors()[name]
+                assert torch.equal(stored.view(torch.uint8), v.contiguous().view(torch.uint8)), (key, name)

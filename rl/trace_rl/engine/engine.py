@@ -80,8 +80,10 @@ class _RoutingLog:
 
 
 def new_step_stats() -> dict:
-    """The per-call counters ``_step`` adds to (seconds and tokens of prefill and decode)."""
-    return {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0, "decode_tokens": 0}
+    """The per-call counters ``_step`` adds to (seconds and tokens of prefill and decode, each
+    decode step's seconds in order, and the host seconds spent queueing and issuing guidance copies)."""
+    return {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "prefill_tokens": 0, "decode_tokens": 0,
+            "decode_step_s": [], "capture_host_s": 0.0}
 
 
 def guidance_host_limit(config: EngineConfig) -> int:
@@ -236,12 +238,14 @@ class RolloutEngine:
             positions = torch.tensor([len(s) for s in batch]).to(self.device, non_blocking=True)
             logits, topk, x, arena = self.runner.run(batch, prefill)
             routing.add(x.seq_ids, x.positions, topk)
-            if capture is not None and arena is not None:
-                capture.enqueue(arena, x.seq_ids_cpu, x.positions_cpu, reused=self.runner.last_step_graphed)
+            if capture is not None:  # earlier steps' guidance to the host while this step computes
+                t_host = time.perf_counter()
+                capture.issue_step()
+                if arena is not None:  # sent next step: its copy must not sit before this step's read-back
+                    capture.enqueue(arena, x.seq_ids_cpu, x.positions_cpu, reused=self.runner.last_step_graphed)
+                stats["capture_host_s"] += time.perf_counter() - t_host
             tokens, logprobs = sample(logits, sampling, seed, keys, positions)
             tokens, logprobs = tokens.tolist(), logprobs.float().tolist()  # the step's one sync
-            if capture is not None:  # guidance to the host while the next step computes
-                capture.issue_step()
         for s, t, lp in zip(batch, tokens, logprobs):
             s.append(t, lp)
             if t in stop:
@@ -256,6 +260,7 @@ class RolloutEngine:
             stats["prefill_tokens"] += int(x.token_ids.numel())
         else:
             stats["decode_s"] += dt
+            stats["decode_step_s"].append(dt)
             stats["decode_steps"] += 1
             stats["decode_tokens"] += len(batch)
 
@@ -336,9 +341,11 @@ class RolloutEngine:
         guidance = None
         sink = self.recorder if self.recorder is not None else self.guidance_capture
         if sink is not None:
+            t0 = time.perf_counter()
             with nvtx_range("rollout/guidance_finalize"):
                 guidance = sink.finalize()
                 sink.clear()
+            stats["guidance_finalize_s"] = time.perf_counter() - t0
             stats["guidance"] = guidance.stats()
         stats["backend"] = self.backend
         stats["kv_kernels"] = self.kv_kernels

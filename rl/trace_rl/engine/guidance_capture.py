@@ -9,16 +9,19 @@ clone: the compute stream never waits for a host copy. (It used to wait for the 
 before each step, and the copy stream is in order, so the first decode steps of a batch waited for
 all of the prefill's guidance to cross PCIe: +2.1 ms per decode step at batch 512.) ``finalize``
 waits for the copies once, at the end of ``generate``, and builds the tables (rows sorted by
-(seq_id, position), as ``GuidanceRecorder``).
+(seq_id, position), as ``GuidanceRecorder``): it moves whole rows into sorted order, and the
+tables are views of that buffer (``GuidanceLayout`` stores each field contiguously in a row).
 
-Host copies are paced and timed: ``enqueue`` only queues a step's arena; ``issue_step``, which the
-engine calls right after the step's token read-back (its one host sync), sends at most
-``copy_bytes_per_step`` bytes of the queue (oldest first, in pieces). The copy engine then moves
-guidance while the next step computes, and the next token read-back (a device-to-host copy too)
-does not queue behind it. Sending each arena at once, as the first version did, made the
-read-backs wait: a prefill's guidance (3.8 GB for 512 prompts of 1K tokens on the ``bench``
-preset) held up the following decode steps (8.6% slower), and even a decode step's own 3.7 MB
-cost ~2.5%. The queue keeps arenas on the device until copied; beyond ``max_backlog_bytes`` of
+Host copies are paced: ``enqueue`` only queues a step's arena; ``issue_step``, which the engine
+calls once per step while the step's graph runs on the device, just before queueing the step's
+own arena, sends at most ``copy_bytes_per_step`` bytes of what earlier steps queued (oldest first,
+in pieces): at 32 MB, 0.6 ms of copy engine at the H200's 55 GB/s, done long before the step's
+token read-back (a device-to-host copy too, which would otherwise queue behind it). Sending each
+arena at once, as the first version did, made the read-backs wait: a prefill's guidance (3.8 GB
+for 512 prompts of 1K tokens on the ``bench`` preset) held up the following decode steps (8.6%
+slower). Issuing after the read-back instead, as the second version did, put ~0.2 ms of host work
+per step (the H200's host) between the read-back and the next step's launch, where the device
+waits for it. The queue keeps arenas on the device until copied; beyond ``max_backlog_bytes`` of
 them, ``enqueue`` sends the excess at once.
 
 Host memory comes from a ``PinnedSlabPool`` that lives as long as the capture: steps take
@@ -137,6 +140,7 @@ class AsyncGuidanceCapture:
         cap = None if limit_bytes is None else limit_bytes + SLAB_BYTES
         self.pool = PinnedSlabPool(limit_bytes=cap) if self.stream is not None else None
         self._chunks: list[tuple[Tensor, Tensor, Tensor]] = []  # host arena [B, bytes], seq_ids, positions
+        self._out: Tensor | None = None  # uint8 [bytes]: the finalized tables' buffer, reused
         self._last_copy = None  # event after the last issued piece (the copy stream is in order)
         self.copy_bytes_per_step, self.max_backlog_bytes = copy_bytes_per_step, max_backlog_bytes
         self.queue = CopyQueue()  # payload: (device src [n], pinned host dst [n], ready event)
@@ -170,7 +174,7 @@ class AsyncGuidanceCapture:
             self._issue(self.queue.backlog - self.max_backlog_bytes)
 
     def issue_step(self) -> None:
-        """Send this step's share of the queue to the host (call after the step's token read-back)."""
+        """Send this step's share of the queue to the host (once per step, before ``enqueue``)."""
         if self.stream is not None:
             self._issue(self.copy_bytes_per_step)
 
@@ -204,7 +208,10 @@ class AsyncGuidanceCapture:
             self.pool.reset()
 
     def finalize(self) -> GuidanceBatch:
-        """The batch's tables; they own their memory (copies), so ``clear`` may recycle the pool."""
+        """The batch's tables: views of one host buffer of rows sorted by (seq_id, position), which
+        the next ``finalize`` reuses only once nothing references it any more (so the capture keeps
+        one plain host buffer of the largest batch's guidance); ``clear`` may recycle the pool
+        right after."""
         if self.stream is not None:
             self._issue(self.queue.backlog)  # what pacing left for the end
         self._wait()  # the one wait of the batch
@@ -213,10 +220,51 @@ class AsyncGuidanceCapture:
             seq_ids = torch.cat([c[1] for c in self._chunks])  # [R]
             positions = torch.cat([c[2] for c in self._chunks])
             # every table has the arena's rows: sort (and drop repeated keys) once, for all of them
-            order = row_order(seq_ids, positions)
-            arena = torch.cat([c[0] for c in self._chunks])[order]  # [R', bytes], a new tensor
+            order = row_order(seq_ids, positions)  # [R']
+            rows = self._gather_sorted(order, seq_ids.numel())  # [R', bytes per token]
             seq_ids, positions = seq_ids[order], positions[order]
-            for (layer, site), f in self.layout.unpack(arena).items():
-                tables[(layer, site)] = GuidanceTable(seq_ids.clone(), positions.clone(), f["scale"],
+            for (layer, site), f in self.layout.unpack(rows).items():
+                tables[(layer, site)] = GuidanceTable(seq_ids, positions, f["scale"],  # shared key columns
                                                       f["block_scales"], f["payload"], f.get("experts"))
         return GuidanceBatch(self.layout.mode, tables)
+
+    def _gather_sorted(self, order: Tensor, total: int) -> Tensor:
+        """Rows order[i] of the batch's chunks (concatenated) -> uint8 [len(order), bytes per token].
+
+        Each chunk's rows go straight to their sorted places (no concatenated copy), in words of
+        up to 8 bytes (torch gathers uint8 rows byte by byte), into a reused buffer (first-touching
+        a fresh one costs more than the copy itself)."""
+        width = self.layout.bytes_per_token
+        dest = torch.full((total,), -1, dtype=torch.int64)  # concatenated row -> sorted row (-1: dropped)
+        dest[order] = torch.arange(order.numel())
+        word = next(d for d in (torch.int64, torch.int32, torch.int16, torch.uint8) if width % d.itemsize == 0)
+        rows = self._output_rows(order.numel(), width)
+        words = rows.view(word)  # [R', width / word size]
+        start = 0
+        for host, _, _ in self._chunks:  # host [n, width]
+            d, src = dest[start:start + host.shape[0]], host
+            start += host.shape[0]
+            if bool((d < 0).any()):  # a repeated key: an older row of it is dropped
+                keep = d >= 0
+                d, src = d[keep], src[keep]
+            words.index_copy_(0, d, src.view(word))
+        return rows
+
+    def _output_rows(self, n: int, width: int) -> Tensor:
+        """uint8 [n, width] of the kept output buffer when no earlier batch still uses it, else of
+        a new one (kept in its place; the old one lives as long as the batch that views it)."""
+        need = n * width
+        buf = self._out
+        if buf is None or buf.numel() < need or _in_use(buf):
+            buf = self._out = torch.empty(need, dtype=torch.uint8)
+        return buf[:need].view(n, width)
+
+
+def _in_use(buf: Tensor) -> bool:
+    """Whether anything besides ``buf`` itself references its memory (a view, a tensor made from
+    it, a numpy array). Without torch's use-count hook: always (no reuse)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None:
+        return True
+    # ``buf`` holds one reference, the temporary storage object another
+    return count(buf.untyped_storage()._cdata) > 2

@@ -9,8 +9,9 @@
   (= ``moe_routing.route``, which reads values back; tested).
 - ``GuidanceLayout``: the byte layout of one token's guidance in a step's arena, uint8
   [N, bytes_per_token]. Kernels' guidance outputs are copied into it on the device (inside the
-  captured decode graph), the arena goes to pinned host memory in one copy per step, and
-  ``unpack`` cuts it back into per-(layer, site) rows for the ``GuidanceBatch``.
+  captured decode graph) with one concatenation (``GuidanceParts``), the arena goes to pinned host
+  memory in pieces, and ``unpack`` views the (sorted) rows as per-(layer, site) fields for the
+  ``GuidanceBatch`` without copying them.
 """
 from __future__ import annotations
 
@@ -108,10 +109,14 @@ class GuidanceField:
     name: str  # scale | block_scales | payload | experts
     dtype: torch.dtype
     shape: tuple[int, ...]  # per token: (*slots, *per-row shape)
-    offset: int  # byte offset of the field's first byte in a token's arena row
-    nbytes: int  # bytes per token
-    stride: int  # bytes from one slot's piece of the field to the next (row-major slots)
+    offset: int  # byte offset of the field's first byte in a token's arena row (aligned to its dtype)
+    nbytes: int  # bytes per token, contiguous (all slots)
+
+
+@dataclass(frozen=True)
+class GuidanceSite:
     slots: int  # rows of this site per token (1 for moe_in)
+    d: int  # elements per row
 
 
 _STORED_DTYPE = {"experts": torch.int16}  # experts < 2**15 (checked); widened to int64 on unpack
@@ -122,11 +127,14 @@ class GuidanceLayout:
     """Byte layout of one token's guidance: every (layer, site) the trainer fake-quantizes.
 
     Per token: k and v of every layer ([Hkv] rows of D), moe_in ([] row of H) and moe_act ([k]
-    rows of I, plus the slot experts) of every MoE layer. A site's rows are stored one after the
-    other, each row as [FP32 scale | E4M3 block scales (D/16) | payload (mantissa bits D/8 bytes,
-    or codes D/2 in full mode)], then (moe_act) the slot experts as int16: so ``put_rows`` writes
-    a whole site with one concatenation and one copy (one more for a gather), which keeps the
-    number of small kernels in a captured decode step low.
+    rows of I, plus the slot experts) of every MoE layer. Each field is contiguous over its site's
+    slots, and fields are ordered by element size: every FP32 scale field first, then the int16 slot
+    experts, then the E4M3 block scales and payloads (mantissa bits D/8 or codes D/2 per row) site
+    after site. So every field is aligned without padding and, for a batch of rows, is a dtype view
+    of them (``unpack`` copies nothing but the experts); and a step builds its whole arena with one
+    concatenation (``GuidanceParts``): few small kernels in a captured decode step. (Rows stored
+    slot by slot, [scale | block scales | payload], had to be regrouped byte by byte on the host:
+    with the sort, 2.3-2.5 s for the 4.7 GB of a batch on the H200's host, longer than its decode.)
     """
 
     def __init__(self, config, mode: str):
@@ -136,88 +144,90 @@ class GuidanceLayout:
             raise ValueError(f"{config.num_experts} experts do not fit the int16 expert ids")
         c, self.mode = config, mode
         self.per_byte = 8 if mode == "compact" else 2
-        rows: list[tuple[int, str, tuple[int, ...], int]] = []  # layer, site, slot shape, D
+        self.sites: dict[tuple[int, str], GuidanceSite] = {}
         moe = set(c.moe_layers())
         for layer in range(c.num_hidden_layers):
-            rows.append((layer, "k", (c.num_key_value_heads,), c.head_dim))
-            rows.append((layer, "v", (c.num_key_value_heads,), c.head_dim))
+            self.sites[(layer, "k")] = GuidanceSite(c.num_key_value_heads, c.head_dim)
+            self.sites[(layer, "v")] = GuidanceSite(c.num_key_value_heads, c.head_dim)
             if layer in moe:
-                rows.append((layer, "moe_in", (), c.hidden_size))
-                rows.append((layer, "moe_act", (c.num_experts_per_tok,), c.moe_intermediate_size))
-        self.fields: dict[tuple[int, str, str], GuidanceField] = {}
-        self.sites: dict[tuple[int, str], tuple[int, int, int]] = {}  # offset, slots, row bytes
-        offset = 0
-        for layer, site, slots, d in rows:
-            n_slots = _numel(slots)
-            per_row = [("scale", torch.float32, ()), ("block_scales", torch.float8_e4m3fn, (d // 16,)),
-                       ("payload", torch.uint8, (d // self.per_byte,))]
-            row_bytes = sum(_numel(shape) * dtype.itemsize for _, dtype, shape in per_row)
-            self.sites[(layer, site)] = (offset, n_slots, row_bytes)
-            at = offset
-            for name, dtype, shape in per_row:
-                nb = _numel(shape) * dtype.itemsize
-                self.fields[(layer, site, name)] = GuidanceField(layer, site, name, dtype, (*slots, *shape), at,
-                                                                 nb * n_slots, row_bytes, n_slots)
-                at += nb
-            offset += n_slots * row_bytes
+                self.sites[(layer, "moe_in")] = GuidanceSite(1, c.hidden_size)
+                self.sites[(layer, "moe_act")] = GuidanceSite(c.num_experts_per_tok, c.moe_intermediate_size)
+        self.tables = list(self.sites)
+        specs = []  # (layer, site, name, dtype, per-token shape)
+        for (layer, site), st in self.sites.items():
+            slots = () if site == "moe_in" else (st.slots,)
+            specs += [(layer, site, "scale", torch.float32, slots),
+                      (layer, site, "block_scales", torch.float8_e4m3fn, (*slots, st.d // 16)),
+                      (layer, site, "payload", torch.uint8, (*slots, st.d // self.per_byte))]
             if site == "moe_act":
-                dtype = _STORED_DTYPE["experts"]
-                self.fields[(layer, site, "experts")] = GuidanceField(
-                    layer, site, "experts", dtype, slots, offset, n_slots * dtype.itemsize, dtype.itemsize, n_slots)
-                offset += n_slots * dtype.itemsize
-        self.tables = [(layer, site) for layer, site, _, _ in rows]
+                specs.append((layer, site, "experts", _STORED_DTYPE["experts"], slots))
+        specs.sort(key=lambda f: -f[3].itemsize)  # stable: widest dtypes first, then site order
+        self.fields: dict[tuple[int, str, str], GuidanceField] = {}
+        offset = 0
+        for layer, site, name, dtype, shape in specs:
+            nbytes = _numel(shape) * dtype.itemsize
+            self.fields[(layer, site, name)] = GuidanceField(layer, site, name, dtype, shape, offset, nbytes)
+            offset += nbytes
         self.bytes_per_token = offset
 
-    def new_arena(self, tokens: int, device) -> Tensor:
-        return torch.empty(tokens, self.bytes_per_token, dtype=torch.uint8, device=device)  # [N, B]
-
-    def _field_view(self, arena: Tensor, f: GuidanceField) -> Tensor:
-        """uint8 [N, slots, bytes per slot] view of one field in the arena."""
-        piece = f.nbytes // f.slots
-        rows = arena[:, f.offset:f.offset + (f.slots - 1) * f.stride + piece]
-        return rows.as_strided((arena.shape[0], f.slots, piece), (arena.stride(0), f.stride, 1))
-
-    def put(self, arena: Tensor, layer: int, site: str, name: str, value: Tensor) -> None:
-        """Copy value [N, *shape] (the field's dtype; experts any integer) into the arena's columns."""
-        f = self.fields[(layer, site, name)]
-        N = arena.shape[0]
-        if tuple(value.shape) != (N, *f.shape):
-            raise ValueError(f"guidance {layer}/{site}/{name}: got {tuple(value.shape)}, expected {(N, *f.shape)}")
-        if value.dtype != f.dtype:
-            if name != "experts":
-                raise TypeError(f"guidance {layer}/{site}/{name}: dtype {value.dtype}, expected {f.dtype}")
-            value = value.to(f.dtype)
-        self._field_view(arena, f).copy_(value.contiguous().view(torch.uint8).reshape(N, f.slots, -1))
-
-    def put_rows(self, arena: Tensor, layer: int, site: str, scale: Tensor, block_scales: Tensor, payload: Tensor,
-                 rows: Tensor | None = None) -> None:
-        """A whole site at once. scale float32 [M, *S], block_scales e4m3 [M, *S, D/16], payload uint8
-        [M, *S, D/p]; rows None: M = N tokens and S the site's slot shape; rows int64 [N, k]: the
-        inputs are [M] sorted rows (S = ()) and slot j of token t is row rows[t, j]."""
-        off, n_slots, row_bytes = self.sites[(layer, site)]
-        N = arena.shape[0]
-        packed = torch.cat((scale.contiguous().view(torch.uint8).reshape(*scale.shape, 4),
-                            block_scales.view(torch.uint8), payload), dim=-1)  # [M, *S, row bytes]
-        if packed.shape[-1] != row_bytes:
-            raise ValueError(f"guidance {layer}/{site}: rows of {packed.shape[-1]} bytes, expected {row_bytes}")
-        if rows is not None:
-            packed = packed.index_select(0, rows.reshape(-1))  # [N * k, row bytes]
-        if packed.numel() != N * n_slots * row_bytes:
-            raise ValueError(f"guidance {layer}/{site}: {tuple(packed.shape)} does not fill {N} tokens x "
-                             f"{n_slots} rows of {row_bytes} bytes")
-        arena[:, off:off + n_slots * row_bytes].copy_(packed.reshape(N, n_slots * row_bytes))
+    def collector(self) -> "GuidanceParts":
+        return GuidanceParts(self)
 
     def unpack(self, arena: Tensor) -> dict[tuple[int, str], dict[str, Tensor]]:
-        """Host arena uint8 [R, bytes_per_token] -> {(layer, site): {field: [R, *shape]}} (experts int64)."""
+        """Arena rows uint8 [R, bytes_per_token] -> {(layer, site): {field: [R, *shape]}}: views of
+        the rows (no copy), except experts (widened to int64)."""
         if arena.dim() != 2 or arena.shape[1] != self.bytes_per_token or arena.dtype != torch.uint8:
             raise ValueError(f"arena must be uint8 [R, {self.bytes_per_token}], got {arena.dtype} {tuple(arena.shape)}")
         R = arena.shape[0]
         out: dict[tuple[int, str], dict[str, Tensor]] = {}
         for (layer, site, name), f in self.fields.items():
-            raw = self._field_view(arena, f).contiguous()  # [R, slots, bytes per slot]
-            v = raw.view(f.dtype).reshape(R, *f.shape)
+            v = arena[:, f.offset:f.offset + f.nbytes].view(f.dtype).view(R, *f.shape)
             out.setdefault((layer, site), {})[name] = v.to(torch.int64) if name == "experts" else v
         return out
+
+
+class GuidanceParts:
+    """One step's guidance, site by site as the kernels produce it, then ``assemble``d into the
+    step's arena uint8 [N, bytes_per_token] with one concatenation."""
+
+    def __init__(self, layout: GuidanceLayout):
+        self.layout = layout
+        self.parts: dict[tuple[int, str, str], Tensor] = {}  # field -> uint8 [N, nbytes]
+        self.tokens: int | None = None
+
+    def _put(self, layer: int, site: str, name: str, value: Tensor) -> None:
+        """value: the field's dtype, [N, *shape] elements in (token, slot, ...) order."""
+        f = self.layout.fields[(layer, site, name)]
+        if value.dtype != f.dtype or value.dim() != 1 + len(f.shape) or tuple(value.shape[1:]) != f.shape:
+            raise ValueError(f"guidance {layer}/{site}/{name}: {value.dtype} {tuple(value.shape)}, expected "
+                             f"{f.dtype} [N, {', '.join(map(str, f.shape))}]")
+        n = value.shape[0]
+        if self.tokens is None:
+            self.tokens = n
+        elif n != self.tokens:
+            raise ValueError(f"guidance {layer}/{site}/{name}: {n} tokens, the step has {self.tokens}")
+        self.parts[(layer, site, name)] = value.contiguous().view(torch.uint8).view(n, f.nbytes)
+
+    def add_rows(self, layer: int, site: str, scale: Tensor, block_scales: Tensor, payload: Tensor,
+                 rows: Tensor | None = None) -> None:
+        """A site's rows: scale float32 [N, *S], block_scales e4m3 [N, *S, D/16], payload uint8
+        [N, *S, D/p]; or, with rows int64 [N, k], [M] sorted rows (S = ()) of which slot j of
+        token t is row rows[t, j] (gathered here, one gather per field)."""
+        for name, value in zip(_ROW_FIELDS, (scale, block_scales, payload)):
+            if rows is not None:  # [M, ...] -> [N, k, ...]
+                value = value.index_select(0, rows.reshape(-1)).view(*rows.shape, *value.shape[1:])
+            self._put(layer, site, name, value)
+
+    def add_experts(self, layer: int, experts: Tensor) -> None:
+        """moe_act's expert of each slot, int [N, k]."""
+        self._put(layer, "moe_act", "experts", experts.to(_STORED_DTYPE["experts"]))
+
+    def assemble(self) -> Tensor:
+        """-> arena uint8 [N, bytes_per_token]; every field must have been given."""
+        missing = [k for k in self.layout.fields if k not in self.parts]
+        if missing:
+            raise ValueError(f"guidance of this step lacks {missing[:4]}{' ...' if len(missing) > 4 else ''}")
+        return torch.cat([self.parts[k] for k in self.layout.fields], dim=1)
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -12,7 +12,7 @@ block (``run_moe``, called by ``SparseMoeBlock``): router -> ``kernel_routing`` 
 fused gate_up GEMM (rows gathered through ``row_index``; SwiGLU + NVFP4 quantization + guidance in
 the epilogue) -> down GEMM with router weights and the ordered top-k combine. K and V go through
 ``quantize`` per (token, kv head) into the NVFP4 pages. With capture on, every guidance output is
-copied into the step's arena (``GuidanceLayout``); nothing here synchronises the host.
+collected for the step's arena (``GuidanceParts``); nothing here synchronises the host.
 
 In steps where every sequence has one new token (decode), ``KernelDecodeAttention`` replaces the
 torch paged attention when the engine enables the paged-KV kernels: ``kv_append`` quantizes K and V
@@ -34,7 +34,7 @@ from torch import Tensor
 
 from trace_kernels import moe_gemm, moe_gemm_ref, moe_layout, nvfp4
 from trace_kernels import ops as tk_ops
-from trace_rl.engine.kernel_layout import GuidanceLayout, empty_moe_weights, kernel_routing, pack_gate_up_
+from trace_rl.engine.kernel_layout import GuidanceParts, empty_moe_weights, kernel_routing, pack_gate_up_
 from trace_rl.model.moe import route
 from trace_rl.quant import GuidanceRecorder, TokenIndex
 
@@ -154,7 +154,8 @@ class KernelQuantizer:
     """The nvfp4 ``Quantizer`` of one step (or of a full model forward when ``kv_store`` is None).
 
     experts: PackedExperts; ops: KERNEL_OPS | EMULATED_OPS; guidance: None | "compact" | "full";
-    arena/layout: the step's guidance arena [N, bytes] (None: capture off); kv_store(layer, site, q):
+    parts: the step's ``GuidanceParts`` (None: capture off), assembled into its arena by the runner;
+    kv_store(layer, site, q):
     writes K/V codes into the pages (None: a plain forward, K/V come back dequantized);
     shadow: a reference ``GuidanceRecorder`` that records ``nvfp4.quantize`` of the very tensors the
     kernels quantized (eager only; the tests compare it with the kernels' guidance bit for bit).
@@ -162,13 +163,13 @@ class KernelQuantizer:
     """
 
     def __init__(self, experts: PackedExperts, ops: MoEOps = KERNEL_OPS, guidance: str | None = None,
-                 arena: Tensor | None = None, layout: GuidanceLayout | None = None,
+                 parts: GuidanceParts | None = None,
                  kv_store: Callable[[int, str, nvfp4.NVFP4Tensor], None] | None = None,
                  shadow: GuidanceRecorder | None = None, defer_kv: bool = False):
-        if (arena is None) != (guidance is None) or (arena is None) != (layout is None):
-            raise ValueError("guidance capture needs a mode, an arena and its layout together")
+        if (parts is None) != (guidance is None):
+            raise ValueError("guidance capture needs a mode and the step's GuidanceParts together")
         self.experts, self.ops, self.guidance = experts, ops, guidance
-        self.arena, self.layout, self.kv_store, self.shadow = arena, layout, kv_store, shadow
+        self.parts, self.kv_store, self.shadow = parts, kv_store, shadow
         self.defer_kv = defer_kv
 
     # ---- Quantizer protocol
@@ -201,10 +202,10 @@ class KernelQuantizer:
                               r.q.scale)  # sorted rows [M, I]
         y = self.ops.down(up.a_next, self.experts.down[layer], routing, up.q.scale)  # [N, H]
         self._capture(layer, "moe_in", r)
-        if self.arena is not None:  # moe_act by (token, slot): the sorted rows gathered in the copy
+        if self.parts is not None:  # moe_act by (token, slot): the sorted rows gathered
             self._capture(layer, "moe_act", QuantizedRows(up.q, up.mantissa_bits, None),
                           rows=routing.slot_rows.long())  # [N, k]
-            self.layout.put(self.arena, layer, "moe_act", "experts", experts)
+            self.parts.add_experts(layer, experts)
         if self.shadow is not None:
             self.shadow.record(layer, "moe_in", nvfp4.quantize(x.detach()), index)
             h_by_slot = up.h[routing.slot_rows.long()]  # [N, k, I]: the kernel's own SwiGLU output
@@ -217,7 +218,7 @@ class KernelQuantizer:
         the kernel's own guidance outputs; full: the codes read back from the pages)."""
         compact = self.guidance == "compact"
         g = self.ops.kv_append(k.contiguous(), v.contiguous(), slots, k_pages, v_pages, compact)
-        if self.arena is not None:
+        if self.parts is not None:
             for site, pages, gx in (("k", k_pages, g.k if compact else None), ("v", v_pages, g.v if compact else None)):
                 if compact:
                     q, bits = nvfp4.NVFP4Tensor(None, gx.block_scales, gx.scale), gx.mantissa_bits
@@ -231,11 +232,11 @@ class KernelQuantizer:
             self.shadow.record(layer, "v", nvfp4.quantize(v.detach()), index)
 
     def _capture(self, layer: int, site: str, r: QuantizedRows, rows: Tensor | None = None) -> None:
-        """One site's guidance into the arena (rows: gather sorted rows into (token, slot) order)."""
-        if self.arena is None:
+        """One site's guidance for the arena (rows: gather sorted rows into (token, slot) order)."""
+        if self.parts is None:
             return
-        self.layout.put_rows(self.arena, layer, site, r.q.scale, r.q.block_scales,
-                             r.bits if self.guidance == "compact" else r.q.codes, rows)
+        self.parts.add_rows(layer, site, r.q.scale, r.q.block_scales,
+                            r.bits if self.guidance == "compact" else r.q.codes, rows)
 
 
 class KernelDecodeAttention:

@@ -8,9 +8,10 @@ module globals. Backends in nvfp4 mode:
   on) records guidance through ``GuidanceRecorder``. It checks for NaN/Inf on the host, so its
   decode runs eagerly.
 - ``kernels`` / ``kernels_emulated``: ``KernelQuantizer`` (``kernel_moe``) runs the MoE block on
-  the fused NVFP4 kernels (or their torch emulation) over ``PackedExperts`` and writes every
-  guidance output into the step's arena (``GuidanceLayout``), which the engine hands to
-  ``AsyncGuidanceCapture``. The kernel path has no host sync, so its decode step is captured.
+  the fused NVFP4 kernels (or their torch emulation) over ``PackedExperts`` and collects every
+  guidance output (``GuidanceParts``); the runner concatenates them into the step's arena
+  (``GuidanceLayout``), which the engine hands to ``AsyncGuidanceCapture``. The kernel path has
+  no host sync, so its decode step is captured.
 
 CUDA graphs (bf16 mode and the ``kernels`` backend, sm_90+): one graph per batch-size bucket
 (powers of two up to max_num_seqs) sharing one memory pool; padded rows decode token 0 at
@@ -25,7 +26,7 @@ import torch
 from torch import Tensor
 
 from trace_rl.engine.block_manager import BlockManager
-from trace_rl.engine.kernel_layout import GuidanceLayout
+from trace_rl.engine.kernel_layout import GuidanceLayout, GuidanceParts
 from trace_rl.engine.kernel_moe import (EMULATED_OPS, KERNEL_OPS, KernelDecodeAttention, KernelQuantizer,
                                         PackedExperts)
 from trace_rl.engine.kv_cache import PagedAttention, PagedKVCache
@@ -132,12 +133,12 @@ class ModelRunner:
             self._tables, self._tables_key = tables.to(self.device, non_blocking=True), key
         return self._tables
 
-    def quantizer(self, x: StepInputs, arena: Tensor | None, defer_kv: bool = False):
-        """The step's quantizer (None in bf16 mode), bound to its cache slots and guidance arena."""
+    def quantizer(self, x: StepInputs, parts: GuidanceParts | None, defer_kv: bool = False):
+        """The step's quantizer (None in bf16 mode), bound to its cache slots and guidance parts."""
         if self.backend in KERNEL_BACKENDS:
             ops = KERNEL_OPS if self.backend == "kernels" else EMULATED_OPS
-            return KernelQuantizer(self.experts, ops, self.layout.mode if self.layout else None, arena,
-                                   self.layout, kv_store=functools.partial(self._write_kv, x.slots),
+            return KernelQuantizer(self.experts, ops, self.layout.mode if self.layout else None, parts,
+                                   kv_store=functools.partial(self._write_kv, x.slots),
                                    shadow=self.shadow, defer_kv=defer_kv)
         if self.mode == "nvfp4":
             return RolloutQuantizer(capture=self.recorder,
@@ -147,12 +148,12 @@ class ModelRunner:
     def forward(self, x: StepInputs) -> tuple[Tensor, list[Tensor], Tensor | None]:
         """-> (logits [B, V] at each sequence's last token, experts per MoE layer [N, k],
         guidance arena uint8 [N, bytes_per_token] or None)."""
-        arena = None
+        parts = None
         if self.backend in KERNEL_BACKENDS and self.layout is not None:
-            arena = self.layout.new_arena(x.token_ids.shape[0], self.device)
+            parts = self.layout.collector()
         one_token_each = x.query_pos.shape[1] == 1  # decode (N == B): the paged-KV kernels' case
         kv_kernels = self.kv_kernels and one_token_each
-        quant = self.quantizer(x, arena, defer_kv=kv_kernels)
+        quant = self.quantizer(x, parts, defer_kv=kv_kernels)
         index = TokenIndex(x.seq_ids, x.positions)
         if kv_kernels:
             ops = EMULATED_OPS if self.backend == "kernels_emulated" else KERNEL_OPS
@@ -161,6 +162,7 @@ class ModelRunner:
         else:
             backend = PagedAttention(self.cache, x.slots, x.q_row, x.q_col, x.block_tables, x.query_pos)
         hidden, topk = self.model.forward_tokens(x.token_ids, x.positions, backend, quant, index)
+        arena = None if parts is None else parts.assemble()  # [N, bytes_per_token]
         return self.model.logits(hidden.index_select(0, x.last)), topk, arena
 
     @torch.inference_mode()
