@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 
@@ -154,6 +153,24 @@ def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | 
             "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
+def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,)) -> list[dict]:
+    """kv_append NVFP4 (b1 = default, and b2: two blocks per thread; without and with guidance) and
+    BF16 pages, at each token count; fraction_of_copy against copy_bw (bytes/s)."""
+    rows = []
+    for tokens in tokens_list:
+        rows += [bench_append("nvfp4", tokens, g, l2, v) for v in (None, "b2") for g in (False, True)]
+        rows.append(bench_append("bf16", tokens, False, l2))
+    for r in rows:
+        r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
+    return rows
+
+
+def print_append(rows: list[dict]) -> None:
+    for r in rows:
+        print(f"kv_append {r['format']:>5} {r['variant']:>7} guidance={r['guidance']!s:5} {r['tokens']:>7} tokens: "
+              f"{r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s ({r['fraction_of_copy']:.0%} of copy)")
+
+
 def bench_extend(batch: int, context: int, new: int) -> dict:
     """Prefill of `new` tokens at the end of `context`: extend_attention over NVFP4 pages vs SDPA over a
     contiguous BF16 cache with the same mask (both timed eagerly, as a caller runs them)."""
@@ -277,6 +294,8 @@ def main() -> None:
                         help="only launch the NVFP4 decode of one case 3 times with the first --nvfp4-variants "
                              "kernel (a driver for ncu) and exit")
     parser.add_argument("--bf16-variants", default="simt,mma", help="comma list of BF16 decode kernels")
+    parser.add_argument("--append-only", action="store_true",
+                        help="only kv_append (NVFP4 b1/b2 with and without guidance, BF16) at 64K and 256K tokens")
     parser.add_argument("--build-only", type=int, default=0, metavar="JOBS",
                         help="only build the kernels (JOBS parallel nvcc) and exit; no GPU needed")
     args = parser.parse_args()
@@ -294,6 +313,14 @@ def main() -> None:
     print(f"{props.name}: copy {copy_bw / 1e12:.2f} TB/s (read + write; "
           + ", ".join(f"{k} {v / 1e12:.2f}" for k, v in copies.items()) + ")", flush=True)
 
+    if args.append_only:
+        append = bench_append_variants(l2, copy_bw, (65536, 262144))
+        save({"gpu": props.name, "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
+              "command": "python profiling/bench_attention.py --append-only --out " + args.out,
+              "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
+              "kv_append": append}, args.out)
+        print_append(append)
+        return
     fill_batch = int(args.fill_gb * GB // (2 * 131072 * HKV * token_head_bytes("nvfp4")))
     cases = list(CASES[:2] if args.quick else CASES) + ([] if args.decode_only else [(fill_batch, 131072)])
     bf16_variants = [v for v in args.bf16_variants.split(",") if v]
@@ -339,10 +366,7 @@ def main() -> None:
         print_decode_table(rows, contenders)
         return
 
-    append = [bench_append("nvfp4", 262144, g, l2) for g in (False, True)] + [bench_append("bf16", 262144, False, l2)]
-    append += [bench_append("nvfp4", 262144, g, l2, "b2") for g in (False, True)]  # A/B: two blocks per thread
-    for r in append:
-        r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
+    append = bench_append_variants(l2, copy_bw)
     extend = bench_extend(4, 8192, 1024)
     result.update({"kv_append": append, "extend": extend, "max_batch_128k": max_batch(131072)})
     save(result, args.out)
@@ -360,9 +384,7 @@ def main() -> None:
               f"{f(bm, 'ms', '8.3f')} {f(bm, 'tb_per_s', '5.2f')} {f(bm, 'speedup_vs_sdpa', '6.2f')} | "
               f"{f(s, 'ms', '8.3f')} {f(s, 'tb_per_s', '5.2f')}")
     print_decode_table(rows, [(key("nvfp4", v), "nvfp4", v) for v in nvfp4_variants if v not in ("simt", "mma")])
-    for r in append:
-        print(f"kv_append {r['format']:>5} {r['variant']:>7} guidance={r['guidance']!s:5}: {r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s "
-              f"({r['fraction_of_copy']:.0%} of copy)")
+    print_append(append)
     print(f"extend 4 x 1024 new @ 8K: NVFP4 pages {extend['extend_nvfp4_ms']:.2f} ms vs SDPA BF16 "
           f"{extend['sdpa_bf16_contiguous_masked_ms']:.2f} ms ({extend['ratio']:.2f}x)")
     mb = result["max_batch_128k"]
