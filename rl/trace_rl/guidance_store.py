@@ -15,7 +15,8 @@ tokens sorted by (seq_id, position), unique. Per row (``S`` = the slot shape of 
 ``batch.lookup(layer, site, seq_ids, positions) -> (trace_kernels.nvfp4.Guidance, found)``
 returns guidance rows for the queried tokens in query order (rows not found are zero-filled and
 ``found`` bool [N] is False there); ``batch.experts(layer, seq_ids, positions) -> (int64 [N, k], found)``.
-``batch.select(seq_ids=None, positions=None)``, ``batch.to(device)``, ``batch.stats()``.
+``batch.select(seq_ids=None, positions=None)``, ``batch.to(device, copy=False)`` (memory shared
+between tables stays shared, and moves in one copy), ``batch.stats()``.
 
 On disk (``write_guidance`` / ``read_guidance``)
 -----------------------------------------------
@@ -111,8 +112,9 @@ class GuidanceTable:
         t = {k: v[mask] for k, v in self.tensors().items()}
         return GuidanceTable(**t)
 
-    def to(self, device) -> "GuidanceTable":
-        return GuidanceTable(**{k: v.to(device) for k, v in self.tensors().items()})
+    def to(self, device, copy: bool = False) -> "GuidanceTable":
+        names, values = zip(*self.tensors().items())
+        return GuidanceTable(**dict(zip(names, to_device_sharing(list(values), device, copy))))
 
     def find(self, seq_ids: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Row index of each queried token (clamped, valid where found) and the found mask."""
@@ -175,8 +177,13 @@ class GuidanceBatch:
             out[key] = t._rows(m)
         return GuidanceBatch(self.mode, out)
 
-    def to(self, device) -> "GuidanceBatch":
-        return GuidanceBatch(self.mode, {k: t.to(device) for k, t in self.tables.items()})
+    def to(self, device, copy: bool = False) -> "GuidanceBatch":
+        """The batch on ``device``; tables that share memory keep sharing it (one copy per buffer)."""
+        keys = list(self.tables)
+        fields = [list(self.tables[k].tensors().items()) for k in keys]
+        moved = iter(to_device_sharing([v for f in fields for _, v in f], device, copy))
+        return GuidanceBatch(self.mode, {k: GuidanceTable(**{name: next(moved) for name, _ in f})
+                                         for k, f in zip(keys, fields)})
 
     def stats(self) -> dict:
         """Guidance bytes (scales + bits/codes, no key columns), elements covered, bits/element,
@@ -191,6 +198,39 @@ class GuidanceBatch:
         return {"mode": self.mode, "guidance_bytes": nbytes, "elements": elems,
                 "bits_per_element": 8.0 * nbytes / elems if elems else 0.0,
                 "tokens": tokens, "bytes_per_token": nbytes / tokens if tokens else 0.0}
+
+
+def to_device_sharing(tensors: list[Tensor], device, copy: bool = False) -> list[Tensor]:
+    """``tensors`` on ``device`` (copy: even those already there, as ``Tensor.to``), as the same
+    views of the same memory: each block of memory they share moves as one copy of the bytes they
+    span. The engine's tables are strided views of one
+    sorted buffer with shared key columns; moved one by one, each field would first be made
+    contiguous on the host (a byte-by-byte pass over the whole batch) and copied on its own."""
+    device = torch.device(device)
+    spans: dict[int, list] = {}  # storage address -> [storage, first byte, end byte]
+    for t in tensors:
+        if (copy or t.device != device) and t.numel():
+            st = t.untyped_storage()
+            lo = t.storage_offset() * t.element_size()
+            hi = lo + (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
+            span = spans.setdefault(st.data_ptr(), [st, lo, hi])
+            span[1], span[2] = min(span[1], lo), max(span[2], hi)
+    moved = {}
+    for key, (st, lo, hi) in spans.items():
+        lo -= lo % 16  # keeps every view's offset a whole number of its elements
+        moved[key] = (torch.empty(0, dtype=torch.uint8).set_(st)[lo:hi].to(device, copy=True), lo)
+    out = []
+    for t in tensors:
+        if t.device == device and not copy:
+            out.append(t)
+        elif not t.numel():
+            out.append(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device))
+        else:
+            raw, lo = moved[t.untyped_storage().data_ptr()]
+            offset = (t.storage_offset() * t.element_size() - lo) // t.element_size()
+            out.append(torch.empty(0, dtype=t.dtype, device=device).set_(raw.untyped_storage(), offset,
+                                                                          t.shape, t.stride()))
+    return out
 
 
 def _zero_missing(x: Tensor, found: Tensor) -> Tensor:
@@ -210,7 +250,8 @@ def _checksum(tensors: dict[str, Tensor]) -> str:
     for name in sorted(tensors):
         t = tensors[name].contiguous().cpu()
         h.update(f"{name}|{str(t.dtype)}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.numel():
+            h.update(t.view(torch.uint8).reshape(-1).numpy())  # the tensor's own bytes, not a copy
     return "sha256:" + h.hexdigest()
 
 
@@ -240,26 +281,25 @@ def write_guidance(path, batch: GuidanceBatch) -> dict:
 
 
 def _write(path: Path, batch: GuidanceBatch) -> dict:
-    from safetensors.torch import save
+    from safetensors.torch import save_file
 
     tensors = _flatten(batch)
     meta = {"format": FORMAT, "version": VERSION, "mode": batch.mode,
             "tables": json.dumps([[l, s] for (l, s) in batch.tables]),
             "checksum": _checksum(tensors)}
-    data = save(tensors, metadata=meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        os.close(fd)
+        save_file(tensors, tmp, metadata=meta)  # straight from the tensors, no file image in memory
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return {"path": str(path), "bytes": len(data), **batch.stats()}
+    return {"path": str(path), "bytes": path.stat().st_size, **batch.stats()}
 
 
 def read_guidance(path, seq_ids=None, positions: tuple[int, int] | None = None,

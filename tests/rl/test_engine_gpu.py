@@ -192,3 +192,20 @@ def test_guidance_store_round_trip_from_gpu(model, tmp_path):
     info = write_guidance(tmp_path / "g.safetensors", batch.guidance)
     assert info["bits_per_element"] > 1.5
     assert_guidance_equal(read_guidance(tmp_path / "g.safetensors", device="cuda"), batch.guidance)
+
+
+def test_captured_guidance_moves_to_the_gpu_whole(model):
+    """GuidanceBatch.to("cuda") of the engine's capture (strided views of one host buffer, shared
+    key columns): every field equal to its own .to("cuda"), and the fields of the rows still views
+    of one device buffer."""
+    batch = make(model, capture="compact", graphs=True).generate(PROMPTS, SamplingParams(max_new_tokens=6),
+                                                                 group_size=2, seed=9)
+    g = batch.guidance
+    on_gpu = g.to("cuda")
+    for key, table in g.tables.items():
+        for name, v in table.tensors().items():
+            w = on_gpu.tables[key].tensors()[name]
+            assert w.is_cuda and torch.equal(w.cpu().contiguous().view(torch.uint8),
+                                             v.contiguous().view(torch.uint8)), (key, name)
+    payloads = {t.payload.untyped_storage().data_ptr() for t in on_gpu.tables.values()}
+    assert len(payloads) == 1

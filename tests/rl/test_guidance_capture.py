@@ -279,3 +279,32 @@ def test_unpack_views_the_rows_and_the_store_writes_them(tmp_path):
             for name, v in t.tensors().items():
                 stored = back.tables[key].tensors()[name]
                 assert torch.equal(stored.view(torch.uint8), v.contiguous().view(torch.uint8)), (key, name)
+
+
+def test_batch_to_moves_shared_memory_once_and_keeps_the_views():
+    """GuidanceBatch.to(copy=True) of the engine's tables: equal values, views of one new buffer
+    per shared block of memory (fields of the sorted rows, the shared key columns), nothing left
+    pointing at the old memory."""
+    from trace_rl.engine.guidance_capture import AsyncGuidanceCapture
+    from trace_rl.engine.kernel_layout import GuidanceLayout
+    layout = GuidanceLayout(load_preset("small"), "compact")
+    cap = AsyncGuidanceCapture(layout, "cpu")
+    gen = torch.Generator().manual_seed(8)
+    cap.enqueue(_random_arena(layout, 6, gen), torch.tensor([2, 2, 0, 1, 1, 1]),
+                torch.tensor([0, 1, 0, 0, 1, 2]), reused=False)
+    batch = cap.finalize()
+    moved = batch.to("cpu", copy=True)
+    old = {t.untyped_storage().data_ptr() for tab in batch.tables.values() for t in tab.tensors().values()}
+    new_storages = set()
+    for key, table in batch.tables.items():
+        for name, v in table.tensors().items():
+            w = moved.tables[key].tensors()[name]
+            assert w.dtype == v.dtype and w.shape == v.shape and w.stride() == v.stride(), (key, name)
+            assert torch.equal(w.contiguous().view(torch.uint8), v.contiguous().view(torch.uint8)), (key, name)
+            assert w.untyped_storage().data_ptr() not in old
+            new_storages.add(w.untyped_storage().data_ptr())
+    # one buffer of rows, one pair of key columns, one experts tensor per MoE layer
+    moe_layers = sum(1 for _, site in batch.tables if site == "moe_act")
+    assert len(new_storages) == 1 + 2 + moe_layers
+    assert batch.to("cpu") is not None and batch.to("cpu").tables[(0, "k")].payload.data_ptr() == \
+        batch.tables[(0, "k")].payload.data_ptr()  # same device, no copy: the same memory
