@@ -154,11 +154,11 @@ def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | 
 
 
 def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,)) -> list[dict]:
-    """kv_append NVFP4 (b1 = default, and b2: two blocks per thread; without and with guidance) and
-    BF16 pages, at each token count; fraction_of_copy against copy_bw (bytes/s)."""
+    """kv_append NVFP4 (b1, b2 = default, b4: one, two, four blocks per thread; without and with
+    guidance) and BF16 pages, at each token count; fraction_of_copy against copy_bw (bytes/s)."""
     rows = []
     for tokens in tokens_list:
-        rows += [bench_append("nvfp4", tokens, g, l2, v) for v in (None, "b2") for g in (False, True)]
+        rows += [bench_append("nvfp4", tokens, g, l2, v) for v in ("b1", "b2", "b4") for g in (False, True)]
         rows.append(bench_append("bf16", tokens, False, l2))
     for r in rows:
         r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
@@ -295,7 +295,7 @@ def main() -> None:
                              "kernel (a driver for ncu) and exit")
     parser.add_argument("--bf16-variants", default="simt,mma", help="comma list of BF16 decode kernels")
     parser.add_argument("--append-only", action="store_true",
-                        help="only kv_append (NVFP4 b1/b2 with and without guidance, BF16) at 64K and 256K tokens")
+                        help="only kv_append (NVFP4 b1/b2/b4 with and without guidance, BF16) at 64K and 256K tokens")
     parser.add_argument("--build-only", type=int, default=0, metavar="JOBS",
                         help="only build the kernels (JOBS parallel nvcc) and exit; no GPU needed")
     args = parser.parse_args()

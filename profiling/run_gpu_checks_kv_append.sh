@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# kv_append on the H200 (< 4 min): its GPU tests (b1, b2 and BF16 bit-exact against the reference,
-# guidance, bad input), memcheck on the b2 cases, then bench_attention --append-only (NVFP4 b1 / b2
-# with and without guidance, BF16 pages; 64K and 256K tokens; copy bandwidth in the same run).
+# kv_append on the H200 (< 4 min): its GPU tests (b1, b2, b4 and BF16 bit-exact against the
+# reference, guidance, bad input), memcheck on the b2 / b4 cases, then bench_attention --append-only
+# (NVFP4 b1 / b2 / b4 with and without guidance, BF16 pages; 64K and 256K tokens; copy bandwidth in
+# the same run). The committed kv_append_h200.json predates b4 (b1 and b2 only).
 # Outputs in $OUT/kva/, packed into $OUT/kva.tar.
 # Usage (repo root; carry .whl and .tkcache): bash profiling/run_gpu_checks_kv_append.sh
 set -uo pipefail
@@ -23,9 +24,9 @@ echo "bench exit $?"; grep -E "copy|kv_append" "$W/kv_append_bench.log"
 
 t=$(( $(left) - 5 ))
 if [ "$t" -gt 20 ]; then
-  echo "== memcheck on the b2 append tests (${t}s)"
+  echo "== memcheck on the b2 / b4 append tests (${t}s)"
   timeout "$t" compute-sanitizer --report-api-errors no --error-exitcode 9 --print-limit 100 --tool memcheck \
-    python3 -m pytest tests/gpu/test_kv_kernels.py -q -p no:cacheprovider -k "append and b2" > "$W/kv_append_memcheck.log" 2>&1
+    python3 -m pytest tests/gpu/test_kv_kernels.py -q -p no:cacheprovider -k "append and (b2 or b4)" > "$W/kv_append_memcheck.log" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|passed|failed" "$W/kv_append_memcheck.log" | tail -3
 fi
 echo "== done ($(left)s left)"

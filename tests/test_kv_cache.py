@@ -177,8 +177,12 @@ def test_kernel_names_and_shapes():
     assert kv_codegen.spec("nvfp4", 4, 128).name == "kv_append_nvfp4_hkv4_d128_sm90a"
     assert kv_codegen.spec("nvfp4", 4, 128, "b2").launch["rows_per_cta"] == 2 * kv_codegen.spec("nvfp4", 4, 128).launch[
         "rows_per_cta"]
+    assert kv_codegen.spec("nvfp4", 4, 128, "b4").launch["rows_per_cta"] == 4 * kv_codegen.spec("nvfp4", 4, 128).launch[
+        "rows_per_cta"]
     with pytest.raises(ValueError, match="NVFP4 pages only"):
         kv_codegen.spec("bf16", 4, 128, "b2")
+    with pytest.raises(ValueError, match="fewer than 4 blocks"):
+        kv_codegen.spec("nvfp4", 4, 32, "b4")
     assert decode_attention.spec("bf16", 64, 4, 128, 64).launch["head_groups"] == 2  # GQA 16: two CTAs per kv head
     mma2 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma2")  # tokens as MMA rows, <= 8 heads per CTA
     assert mma2.name == "decode_attention_nvfp4_mma2_hq64_hkv4_d128_p16_sm90a" and mma2.launch["head_groups"] == 2

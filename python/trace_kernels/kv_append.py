@@ -108,7 +108,8 @@ def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool 
 # GPU launch
 # ----------------------------------------------------------------------------------------------
 
-# NVFP4 append kernel: "b1" (one block per thread) or "b2" (two; codegen/ops/kv_append.py). b2 was
+# NVFP4 append kernel: "b1" (one block per thread), "b2" (two) or "b4" (four; codegen/ops/kv_append.py,
+# not yet run on a GPU). b2 was
 # 7-9% faster on the H200 (0.447 vs 0.479 ms for 256K tokens, profiling/results/kv_append_h200.json)
 DEFAULT_NVFP4_VARIANT = "b2"
 
@@ -213,8 +214,8 @@ def kv_append(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_ca
     on slots outside the cache, repeated slots or NaN/Inf; pass False inside CUDA graphs once the
     caller guarantees them (the kernel still never writes outside the cache, and flags NaN/Inf in
     the status word read by trace_kernels.ops.raise_on_nonfinite, leaving those rows unwritten).
-    variant picks the NVFP4 kernel ("b1": one 16-element block per thread, "b2": two; default
-    DEFAULT_NVFP4_VARIANT); BF16 pages have one kernel.
+    variant picks the NVFP4 kernel ("b1": one 16-element block per thread, "b2": two, "b4": four;
+    default DEFAULT_NVFP4_VARIANT); BF16 pages have one kernel.
     """
     geom = validate(k, v, slot_mapping, k_cache, v_cache, guidance=guidance, check_values=check_values)
     if variant is not None:

@@ -15,8 +15,9 @@ NAME = "kv_append"
 TEMPLATE = "kv_append.cu.jinja"
 CTA = 256
 FORMATS = ("nvfp4", "bf16")
-# NVFP4 16-element blocks per thread: "b1" (default) or "b2" (twice the loads in flight per thread)
-VARIANTS = {"b1": 1, "b2": 2}
+# NVFP4 16-element blocks per thread: "b1", "b2" (twice the loads in flight per thread; the default,
+# kv_append.DEFAULT_NVFP4_VARIANT) or "b4" (row-level work once per four blocks; not yet run on a GPU)
+VARIANTS = {"b1": 1, "b2": 2, "b4": 4}
 
 
 @functools.lru_cache(maxsize=None)  # memoized: built on every launch
