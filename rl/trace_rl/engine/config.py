@@ -29,7 +29,8 @@ class EngineConfig:
     guidance_host_gb: the most page-locked host memory that guidance capture (kernels backend on
     CUDA) may hold for one ``generate`` call (None: half of the host's physical memory). A call
     whose worst case (every sequence reaching its token budget) needs more raises ValueError
-    before any work, instead of running out of host memory midway.
+    before any work, instead of running out of host memory midway. The finalized tables take as
+    much again in plain host memory (one sorted buffer, reused by the next batch once released).
     guidance_copy_mb_per_step: how much queued guidance each step sends to the host (the rest waits
     on the device, up to 1 GiB, for later steps or the end of the batch): paces the prefill's
     guidance so that it does not hold up the decode steps' token read-backs.
