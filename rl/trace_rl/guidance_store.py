@@ -359,4 +359,4 @@ def _read(path: Path, seq_ids, positions, device, verify) -> GuidanceBatch:
     batch = GuidanceBatch(mode, tables)
     if seq_ids is not None or positions is not None:
         batch = batch.select(seq_ids, positions)
-    return batch.to(device) if str(device) != "cpu" else batch
+    return batch.to(device)  # the same device: the same batch
