@@ -183,6 +183,11 @@ def test_kernel_names_and_shapes():
         kv_codegen.spec("bf16", 4, 128, "b2")
     with pytest.raises(ValueError, match="fewer than 4 blocks"):
         kv_codegen.spec("nvfp4", 4, 32, "b4")
+    # what an append launches: BF16 pages their one kernel whatever the NVFP4 default is
+    from trace_kernels.kv_append import DEFAULT_NVFP4_VARIANT, kernel_spec
+    assert kernel_spec(False, 4, 128) == kv_codegen.spec("bf16", 4, 128)
+    assert kernel_spec(True, 4, 128) == kv_codegen.spec("nvfp4", 4, 128, DEFAULT_NVFP4_VARIANT)
+    assert kernel_spec(True, 4, 128, "b4") == kv_codegen.spec("nvfp4", 4, 128, "b4")
     assert decode_attention.spec("bf16", 64, 4, 128, 64).launch["head_groups"] == 2  # GQA 16: two CTAs per kv head
     mma2 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma2")  # tokens as MMA rows, <= 8 heads per CTA
     assert mma2.name == "decode_attention_nvfp4_mma2_hq64_hkv4_d128_p16_sm90a" and mma2.launch["head_groups"] == 2

@@ -126,9 +126,17 @@ def _by_value(struct):
     return (lambda s: s), struct
 
 
+def kernel_spec(nvfp4_pages: bool, kv_heads: int, head_dim: int, variant: str = ""):
+    """The kernel an append launches: NVFP4 pages take `variant` ("" = DEFAULT_NVFP4_VARIANT), BF16
+    pages their one kernel (the NVFP4 default must not leak into them)."""
+    from trace_kernels.codegen.ops import kv_append as codegen
+    if not nvfp4_pages:
+        return codegen.spec("bf16", kv_heads, head_dim, variant or "b1")
+    return codegen.spec("nvfp4", kv_heads, head_dim, variant or DEFAULT_NVFP4_VARIANT)
+
+
 def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, guidance: bool,
             variant: str = "") -> KVGuidance | None:
-    from trace_kernels.codegen.ops import kv_append as codegen
     from trace_kernels.ops._common import check_cuda_device, new_output, status_buffer
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
     device = check_cuda_device(k)
@@ -140,7 +148,7 @@ def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, g
                                          block_scales=new_output((tokens, hkv, d // 16), torch.float8_e4m3fn, k.device),
                                          mantissa_bits=new_output((tokens, hkv, d // 8), torch.uint8, k.device)))
     if tokens:
-        spec = codegen.spec("nvfp4" if geom.nvfp4 else "bf16", hkv, d, variant or DEFAULT_NVFP4_VARIANT)
+        spec = kernel_spec(geom.nvfp4, hkv, d, variant)
         grid = (-(-tokens * hkv // spec.launch["rows_per_cta"]), 2)
         if geom.nvfp4:
             pages = [_by_value(_Nvfp4PagePtrs(c.codes.data_ptr(), c.block_scales.data_ptr(), c.scale.data_ptr()))
@@ -219,8 +227,7 @@ def kv_append(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_ca
     """
     geom = validate(k, v, slot_mapping, k_cache, v_cache, guidance=guidance, check_values=check_values)
     if variant is not None:
-        from trace_kernels.codegen.ops import kv_append as codegen
-        codegen.spec("nvfp4" if geom.nvfp4 else "bf16", k.shape[1], k.shape[2], variant)  # unknown variants raise here
+        kernel_spec(geom.nvfp4, k.shape[1], k.shape[2], variant)  # unknown variants raise here
     if not geom.nvfp4:
         kv_append_bf16_op(k, v, slot_mapping, k_cache.data, v_cache.data)
         return None

@@ -47,7 +47,6 @@ def _addr(t: torch.Tensor | None) -> int:
 
 _counters: dict[int, torch.Tensor] = {}
 _retired_counters: list[torch.Tensor] = []  # outgrown buffers stay alive: captured CUDA graphs use them
-_smem_set: set[tuple[str, int]] = set()
 _lock = threading.Lock()
 
 
@@ -82,18 +81,6 @@ def _after_launch(device_index: int) -> None:
 def _kernel(spec):
     from . import runtime
     return runtime.kernel_for(spec)
-
-
-def _allow_smem(kernel, device_index: int, smem: int) -> None:
-    """Raise the kernel's dynamic shared-memory limit above the 48 KB default (once per device)."""
-    key = (kernel.name, device_index)
-    if smem <= 48 * 1024 or key in _smem_set:
-        return
-    from .runtime import driver
-    cu = driver.driver()
-    attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.check(cu.cuFuncSetAttribute(kernel.function(device_index), attr, smem), "cuFuncSetAttribute", kernel.name)
-    _smem_set.add(key)
 
 
 def _check_device_inputs(tensors: dict) -> None:
@@ -176,7 +163,7 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     token_tiles = -(-m // tile.tile_tokens) + e  # upper bound on sum_e ceil(rows_e / TN)
     x_tiles = weights.n // launch["block_rows"]
-    _allow_smem(kernel, device_index, launch["smem_bytes"])  # before the occupancy query
+    kernel.allow_dynamic_smem(device_index, launch["smem_bytes"])  # before the occupancy query
     if launch["persistent"]:  # ws: CTAs walk the (token tile, weight tile) items counted on the device
         grid = (min(_persistent_ctas(kernel, device_index, launch["threads"], launch["smem_bytes"]),
                     token_tiles * x_tiles), 1, 1)

@@ -20,6 +20,7 @@ from trace_kernels.codegen.ops import quantize as codegen_quantize
 from trace_kernels.codegen.ops import refit_weights as codegen_refit
 from trace_kernels.ops.guided_fake_quantize import reference_counters
 from trace_kernels.runtime import kernel as runtime_kernel
+from trace_kernels.runtime import kernel_for as runtime_kernel_for
 
 pytestmark = pytest.mark.gpu
 
@@ -119,6 +120,22 @@ def test_quantize_many_rows_per_cta(quantize_variant, dtype):
     assert_same_bits(r.q.codes, ref.codes, "codes")
     assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
     assert_same_bits(r.q.scale, ref.scale, "scale")
+    assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,d,grid", [(1000, 2048, 1), (777, 128, 2), (301, 768, 3), (65, 16, 1)])
+def test_quantize_persistent_items(quantize_variant, monkeypatch, dtype, rows, d, grid):
+    """A capped grid: each warp of a persistent variant (v4) takes many items through its ring of
+    bulk copies (every stage reused, both mbarrier parities), the last item partial."""
+    monkeypatch.setattr(importlib.import_module("trace_kernels.ops.quantize"), "GRID_LIMIT", grid)
+    x = make_input(rows, d, dtype, seed=rows + d)
+    r = ops.quantize(x, guidance=True, dequant=True)
+    ref = nvfp4.quantize(x.cpu())
+    assert_same_bits(r.q.codes, ref.codes, "codes")
+    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
+    assert_same_bits(r.q.scale, ref.scale, "scale")
+    assert_same_bits(r.mantissa_bits, nvfp4.make_guidance(ref).mantissa_bits, "mantissa_bits")
     assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
 
 
@@ -256,6 +273,19 @@ def test_refit_v3_forced_plans(monkeypatch, grid, chunk):
     monkeypatch.setattr(codegen_refit, "VARIANT", "v3")
     monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, chunk))
     _refit_check(5, 256, 1024, torch.bfloat16, seed=grid * 10 + chunk)
+
+
+@pytest.mark.parametrize("grid,experts,n,k", [(3, 5, 64, 1024), (7, 3, 100, 96), (1, 2, 33, 2048)])
+def test_refit_v4_forced_plans(monkeypatch, grid, experts, n, k):
+    """v4 with few CTAs: many tiles per CTA, a long lag (buffers reused many times), partial last tiles."""
+    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(codegen_refit, "VARIANT", "v4")
+    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, 0))
+    spec = codegen_refit.spec(torch.bfloat16)
+    kernel = runtime_kernel_for(spec)
+    plan = refit_module.plan_v4(0, kernel, experts, n * k, spec.launch["tile_half_blocks"] * 8, 2)
+    assert plan is not None and plan[0] == grid, plan  # v4 runs, not the v2 fallback
+    _refit_check(experts, n, k, torch.bfloat16, seed=grid * 10 + experts)
 
 
 def test_refit_large(refit_variant):

@@ -34,42 +34,21 @@
 #include <cute/atom/mma_atom.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
+#include "trace_kernels/bulk_copy.cuh"
 #include "trace_kernels/moe_gemm.cuh"
 
 namespace trace_kernels::moe {
 
 namespace ws {
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+using bulk::bulk_copy;  // mbarrier and bulk-copy helpers (bulk_copy.cuh)
+using bulk::cp_async_track;
+using bulk::mbar_arrive;
+using bulk::mbar_arrive_expect_tx;
+using bulk::mbar_init;
+using bulk::mbar_wait;
+using bulk::smem_addr;
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_addr(bar)),
-               "r"(bytes) : "memory");
-}
-// Holds bar's current phase open until all of this thread's earlier cp.asyncs have landed (without
-// .noinc the pending count is raised now and lowered when they land: no net arrival, so the thread
-// also arrives normally; this does not depend on the init count accounting for async arrivals).
-__device__ __forceinline__ void cp_async_track(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "TK_MBAR_WAIT:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra TK_MBAR_WAIT;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-// 1D bulk copy global -> shared through the async proxy; completion counted in bytes on bar.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
 // Barrier among the consumer warpgroups only (id 1; 0 is __syncthreads).
 template <int THREADS>
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); }

@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "trace_kernels/bulk_copy.cuh"
 #include "trace_kernels/nvfp4.cuh"
 #include "trace_kernels/quantize_epilogue.cuh"
 #include "trace_kernels/status.cuh"
@@ -22,7 +23,7 @@
 
 namespace trace_kernels {
 
-template <typename T_, int D_, int TPR_, int CTA_, int VARIANT_ = 1>
+template <typename T_, int D_, int TPR_, int CTA_, int VARIANT_ = 1, int ROWS_PER_ITEM_ = 1, int STAGES_ = 1>
 struct QuantizeRowsConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -35,9 +36,12 @@ struct QuantizeRowsConfig {
   static constexpr int kBlockSlots = (kBlocks + TPR - 1) / TPR;  // v2: blocks per thread
   static constexpr int kRowsPerCta = CTA / TPR;
   static constexpr int kWarpsPerRow = TPR > 32 ? TPR / 32 : 1;
+  static constexpr int kRowsPerWarpPass = TPR <= 32 ? 32 / TPR : 1;  // v4: rows a warp quantizes at once
+  static constexpr int kRowsPerItem = ROWS_PER_ITEM_;                  // v4: rows per bulk copy
+  static constexpr int kStages = STAGES_;                              // v4: bulk copies in flight per warp
   static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
-  static_assert(VARIANT_ == 1 || VARIANT_ == 2, "variants: 1, 2");
-  static_assert((TPR >= 2 || VARIANT_ == 2) && TPR >= 1 && (TPR & (TPR - 1)) == 0,
+  static_assert(VARIANT_ == 1 || VARIANT_ == 2 || VARIANT_ == 4, "variants: 1, 2, 4");
+  static_assert((TPR >= 2 || VARIANT_ != 1) && TPR >= 1 && (TPR & (TPR - 1)) == 0,
                 "TPR must be a power of two (>= 2 for v1: a block's halves sit in two lanes)");
   static_assert(CTA % TPR == 0 && CTA % 32 == 0 && CTA <= 1024, "CTA must hold whole rows and warps");
 };
@@ -126,37 +130,20 @@ __device__ __forceinline__ void quantize_rows(const typename Cfg::T* __restrict_
   }
 }
 
-// v2: whole blocks per thread (see the file comment). Same outputs, bit for bit, as v1.
+// v2 / v4 row body: the thread's whole blocks (b = lane + k TPR) of one row already in registers
+// -> amax over the row group, scales, codes and the optional outputs. Every lane of the row group
+// calls it (row_ok false: the lane only joins the row-amax shuffles).
 template <class Cfg>
-__device__ __forceinline__ void quantize_rows_v2(const typename Cfg::T* __restrict__ x,  // [rows, D]
-                                                 uint8_t* __restrict__ codes,            // [rows, D/2]
-                                                 uint8_t* __restrict__ block_scales,     // [rows, D/16] e4m3
-                                                 float* __restrict__ row_scales,         // [rows]
-                                                 uint8_t* __restrict__ mantissa_bits,    // [rows, D/8] or null
-                                                 __nv_bfloat16* __restrict__ dequant,    // [rows, D] or null
-                                                 int rows, uint32_t* __restrict__ status) {
+__device__ __forceinline__ void quantize_row_blocks(const Vec8<typename Cfg::T> (&v)[Cfg::kBlockSlots][2],
+                                                    int64_t row, int lane, bool row_ok,
+                                                    uint8_t* __restrict__ codes, uint8_t* __restrict__ block_scales,
+                                                    float* __restrict__ row_scales,
+                                                    uint8_t* __restrict__ mantissa_bits,
+                                                    __nv_bfloat16* __restrict__ dequant,
+                                                    uint32_t* __restrict__ status) {
   using T = typename Cfg::T;
   constexpr int D = Cfg::D;
   constexpr int kSlots = Cfg::kBlockSlots;
-  const int lane = threadIdx.x % Cfg::TPR;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * Cfg::kRowsPerCta + threadIdx.x / Cfg::TPR;
-  const bool row_ok = row < rows;
-
-  // [kSlots][2] half blocks, raw. __ldg (L1-allocating): the second 16 bytes of each 32-byte
-  // sector come from L1, so each sector is fetched from L2 once.
-  Vec8<T> v[kSlots][2];
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    const int b = lane + k * Cfg::TPR;
-    if (row_ok && b < Cfg::kBlocks) {
-      v[k][0].load(x + row * D + b * 16);
-      v[k][1].load(x + row * D + b * 16 + 8);
-    } else {
-      v[k][0].zero();
-      v[k][1].zero();
-    }
-  }
-
   float block_amax[kSlots];
   float amax = 0.f;
 #pragma unroll
@@ -206,6 +193,113 @@ __device__ __forceinline__ void quantize_rows_v2(const typename Cfg::T* __restri
   }
 }
 
+// v2: whole blocks per thread (see the file comment). Same outputs, bit for bit, as v1.
+template <class Cfg>
+__device__ __forceinline__ void quantize_rows_v2(const typename Cfg::T* __restrict__ x,  // [rows, D]
+                                                 uint8_t* __restrict__ codes,            // [rows, D/2]
+                                                 uint8_t* __restrict__ block_scales,     // [rows, D/16] e4m3
+                                                 float* __restrict__ row_scales,         // [rows]
+                                                 uint8_t* __restrict__ mantissa_bits,    // [rows, D/8] or null
+                                                 __nv_bfloat16* __restrict__ dequant,    // [rows, D] or null
+                                                 int rows, uint32_t* __restrict__ status) {
+  using T = typename Cfg::T;
+  constexpr int D = Cfg::D;
+  const int lane = threadIdx.x % Cfg::TPR;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * Cfg::kRowsPerCta + threadIdx.x / Cfg::TPR;
+  const bool row_ok = row < rows;
+
+  // [kSlots][2] half blocks, raw. __ldg (L1-allocating): the second 16 bytes of each 32-byte
+  // sector come from L1, so each sector is fetched from L2 once.
+  Vec8<T> v[Cfg::kBlockSlots][2];
+#pragma unroll
+  for (int k = 0; k < Cfg::kBlockSlots; ++k) {
+    const int b = lane + k * Cfg::TPR;
+    if (row_ok && b < Cfg::kBlocks) {
+      v[k][0].load(x + row * D + b * 16);
+      v[k][1].load(x + row * D + b * 16 + 8);
+    } else {
+      v[k][0].zero();
+      v[k][1].zero();
+    }
+  }
+  quantize_row_blocks<Cfg>(v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits, dequant, status);
+}
+
+// v4: v2's row body fed through shared memory by bulk copies (TMA) instead of per-thread loads, so
+// a warp's loads are always kStages items ahead of its arithmetic whatever its register count.
+// Persistent: warp w of the grid takes items w, w + warps, ... of kRowsPerItem consecutive rows
+// (one contiguous bulk copy each) through a ring of kStages buffers of its own (no CTA barrier);
+// lane 0 refills a buffer with the item kStages ahead once the warp has read it into registers.
+// Shared memory: kWarps * kStages * item bytes, then the kWarps * kStages mbarriers.
+template <class Cfg>
+__device__ __forceinline__ void quantize_rows_v4(const typename Cfg::T* __restrict__ x,  // [rows, D]
+                                                 uint8_t* __restrict__ codes,            // [rows, D/2]
+                                                 uint8_t* __restrict__ block_scales,     // [rows, D/16] e4m3
+                                                 float* __restrict__ row_scales,         // [rows]
+                                                 uint8_t* __restrict__ mantissa_bits,    // [rows, D/8] or null
+                                                 __nv_bfloat16* __restrict__ dequant,    // [rows, D] or null
+                                                 int rows, uint32_t* __restrict__ status) {
+  using T = typename Cfg::T;
+  constexpr int D = Cfg::D;
+  constexpr int kItemElems = Cfg::kRowsPerItem * D;
+  constexpr int kWarps = Cfg::CTA / 32;
+  static_assert(Cfg::TPR <= 32 && Cfg::kRowsPerItem % Cfg::kRowsPerWarpPass == 0, "v4: whole rows per warp");
+  static_assert(kItemElems * sizeof(T) % 16 == 0, "bulk copies move multiples of 16 bytes");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane32 = threadIdx.x % 32;
+  T* ring = reinterpret_cast<T*>(smem) + static_cast<int64_t>(warp) * Cfg::kStages * kItemElems;  // [kStages][item]
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kWarps * Cfg::kStages * kItemElems * sizeof(T)) +
+                   warp * Cfg::kStages;  // [kStages]
+
+  const int64_t items = (static_cast<int64_t>(rows) + Cfg::kRowsPerItem - 1) / Cfg::kRowsPerItem;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  auto fetch = [&](int64_t item, int stage) {  // lane 0 only
+    if (item >= items) return;
+    const int64_t row0 = item * Cfg::kRowsPerItem;
+    const int64_t item_rows = rows - row0 < Cfg::kRowsPerItem ? rows - row0 : Cfg::kRowsPerItem;
+    const uint32_t bytes = static_cast<uint32_t>(item_rows * D * sizeof(T));
+    bulk::mbar_arrive_expect_tx(&full[stage], bytes);
+    bulk::bulk_copy(ring + stage * kItemElems, x + row0 * D, bytes, &full[stage]);
+  };
+  if (lane32 == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) bulk::mbar_init(&full[s], 1);
+    bulk::fence_mbar_init();
+    for (int s = 0; s < Cfg::kStages; ++s) fetch(first + s * warps, s);
+  }
+  __syncwarp();
+
+  const int lane = lane32 % Cfg::TPR;
+  int64_t i = 0;
+  for (int64_t item = first; item < items; item += warps, ++i) {
+    const int stage = static_cast<int>(i % Cfg::kStages);
+    bulk::mbar_wait(&full[stage], static_cast<uint32_t>(i / Cfg::kStages) & 1u);
+    const T* buf = ring + stage * kItemElems;
+#pragma unroll 1
+    for (int r = lane32 / Cfg::TPR; r < Cfg::kRowsPerItem; r += Cfg::kRowsPerWarpPass) {
+      const int64_t row = item * Cfg::kRowsPerItem + r;
+      const bool row_ok = row < rows;
+      Vec8<T> v[Cfg::kBlockSlots][2];
+#pragma unroll
+      for (int k = 0; k < Cfg::kBlockSlots; ++k) {
+        const int b = lane + k * Cfg::TPR;
+        if (row_ok && b < Cfg::kBlocks) {
+          v[k][0].load_shared(buf + r * D + b * 16);
+          v[k][1].load_shared(buf + r * D + b * 16 + 8);
+        } else {
+          v[k][0].zero();
+          v[k][1].zero();
+        }
+      }
+      if (r + Cfg::kRowsPerWarpPass >= Cfg::kRowsPerItem) {  // the item's last pass: buffer read, refill it
+        __syncwarp();
+        if (lane32 == 0) fetch(item + Cfg::kStages * warps, stage);
+      }
+      quantize_row_blocks<Cfg>(v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits, dequant, status);
+    }
+  }
+}
+
 // The kernel body the template instantiates: the config's variant picks the implementation.
 template <class Cfg>
 __device__ __forceinline__ void quantize_rows_kernel(const typename Cfg::T* __restrict__ x, uint8_t* __restrict__ codes,
@@ -213,7 +307,9 @@ __device__ __forceinline__ void quantize_rows_kernel(const typename Cfg::T* __re
                                                      uint8_t* __restrict__ mantissa_bits,
                                                      __nv_bfloat16* __restrict__ dequant, int rows,
                                                      uint32_t* __restrict__ status) {
-  if constexpr (Cfg::kVariant == 2)
+  if constexpr (Cfg::kVariant == 4)
+    quantize_rows_v4<Cfg>(x, codes, block_scales, row_scales, mantissa_bits, dequant, rows, status);
+  else if constexpr (Cfg::kVariant == 2)
     quantize_rows_v2<Cfg>(x, codes, block_scales, row_scales, mantissa_bits, dequant, rows, status);
   else
     quantize_rows<Cfg>(x, codes, block_scales, row_scales, mantissa_bits, dequant, rows, status);

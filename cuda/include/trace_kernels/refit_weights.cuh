@@ -16,6 +16,8 @@
 // DRAM behind a barrier.
 // v3: one cooperative launch, chunks of experts software-pipelined two deep (see refit_pipelined_v3):
 // one DRAM read of w like v1, the quantize of chunk c - 2 re-reading from L2 while chunk c streams.
+// v4 (refit_weights_v4.cuh): one cooperative launch, one DRAM read, tiles waiting for their expert's
+// amax in shared memory. refit_weights_kernel.cuh dispatches on the variant.
 #pragma once
 
 #include <cuda/atomic>
@@ -33,11 +35,12 @@ struct RefitConfig {
   using T = T_;
   static constexpr int CTA = CTA_;
   static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ >= 1 && VARIANT_ <= 3, "variants: 1, 2, 3");
+  static_assert(VARIANT_ >= 1 && VARIANT_ <= 4, "variants: 1, 2, 3, 4");
   static constexpr int kSlots = KSLOTS_;                   // half blocks per thread per tile (v2: per phase-0 tile)
   static constexpr int kQuantizeBlocks = KSLOTS_ / 2;      // v2 phase 1: whole blocks per thread
   static_assert(VARIANT_ == 1 || KSLOTS_ % 2 == 0, "v2/v3 quantize whole blocks (pairs of half blocks)");
   static constexpr int kTileHalfBlocks = CTA * KSLOTS_;    // half blocks per CTA tile
+  static constexpr int kTileElems = kTileHalfBlocks * 8;   // v4: elements per shared-memory tile
   static_assert(CTA % 64 == 0, "whole warps, even lanes pair into blocks");
 };
 
@@ -315,23 +318,6 @@ __device__ __forceinline__ void refit_pipelined_v3(const typename Cfg::T* __rest
                                        per_expert, k_dim, status, last_use);
       }
     }
-  }
-}
-
-template <class Cfg>
-__device__ __forceinline__ void refit_weights_kernel(const typename Cfg::T* __restrict__ w, uint8_t* __restrict__ codes,
-                                                     uint8_t* __restrict__ block_scales, float* __restrict__ scales,
-                                                     uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
-                                                     int k_dim, int ctas_per_group, int phase,
-                                                     uint32_t* __restrict__ status) {
-  if constexpr (Cfg::kVariant == 2) {
-    if (phase == 0) refit_amax_v2<Cfg>(w, workspace, per_expert);
-    else refit_quantize_v2<Cfg>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, status);
-  } else if constexpr (Cfg::kVariant == 3) {
-    refit_pipelined_v3<Cfg>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, ctas_per_group,
-                            status);
-  } else {
-    refit_weights<Cfg>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, ctas_per_group, status);
   }
 }
 

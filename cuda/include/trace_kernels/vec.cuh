@@ -44,6 +44,7 @@ struct Vec8<__nv_bfloat16> {
   __device__ __forceinline__ void load_stream(const __nv_bfloat16* p) {
     raw = __ldcs(reinterpret_cast<const uint4*>(p));
   }
+  __device__ __forceinline__ void load_shared(const __nv_bfloat16* p) { raw = *reinterpret_cast<const uint4*>(p); }
   __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
   __device__ __forceinline__ float abs_max() const {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -74,6 +75,7 @@ struct Vec8<__half> {
   __device__ __forceinline__ void load(const __half* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
   __device__ __forceinline__ void load(const __half* p, uint64_t l2_policy) { raw = load16_l2_hint(p, l2_policy); }
   __device__ __forceinline__ void load_stream(const __half* p) { raw = __ldcs(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void load_shared(const __half* p) { raw = *reinterpret_cast<const uint4*>(p); }
   __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
   static __device__ __forceinline__ __half2 as_pair(uint32_t u) {
     __half2 p;
@@ -116,6 +118,10 @@ struct Vec8<float> {
   __device__ __forceinline__ void load_stream(const float* p) {
     lo = __ldcs(reinterpret_cast<const float4*>(p));
     hi = __ldcs(reinterpret_cast<const float4*>(p) + 1);
+  }
+  __device__ __forceinline__ void load_shared(const float* p) {
+    lo = *reinterpret_cast<const float4*>(p);
+    hi = *reinterpret_cast<const float4*>(p + 4);
   }
   __device__ __forceinline__ void zero() { lo = hi = make_float4(0.f, 0.f, 0.f, 0.f); }
   __device__ __forceinline__ float abs_max() const {

@@ -61,6 +61,13 @@ def device_capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
+@functools.lru_cache(maxsize=None)  # per launch otherwise: two driver queries
+def resident_ctas(kernel, device_index: int, threads: int, smem: int = 0) -> int:
+    """CTAs of `kernel` resident at once on the whole device (one wave of a persistent grid)."""
+    from trace_kernels.runtime import driver
+    return kernel.max_active_blocks_per_sm(device_index, threads, smem) * driver.multiprocessor_count(device_index)
+
+
 def check_cuda_device(t: torch.Tensor) -> int:
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()
     major, minor = device_capability(index)

@@ -32,7 +32,7 @@ def _reference(w, codes, block_scales, scales):
 
 
 # (grid, ctas_per_group) forced by tests (multi-tile and leftover-CTA paths) and the benchmark sweep;
-# for v3 (grid, experts per chunk).
+# for v3 (grid, experts per chunk); for v4 (grid, unused).
 PLAN_OVERRIDE: tuple[int, int] | None = None
 
 
@@ -60,6 +60,35 @@ def plan_v3(device: int, kernel, experts: int, per_expert: int, elem_bytes: int)
     return resident, max(1, min(experts, (l2 // 5) // max(1, per_expert * elem_bytes)))
 
 
+V4_PREFETCH = 2  # v4: tiles loaded ahead of the one whose amax is next
+
+
+def plan_v4(device: int, kernel, experts: int, per_expert: int, tile_elems: int, elem_bytes: int
+            ) -> tuple[int, int, int, int] | None:
+    """(grid, lag, stages, shared-memory bytes) for v4, or None when an expert's tiles cannot wait in
+    shared memory (then v2 runs). Every CTA co-resident; lag = steps until an expert's last tile has
+    passed every CTA (+1); stages = lag + 1 + V4_PREFETCH tile buffers per CTA. Two CTAs per SM
+    when they fit, else one."""
+    tiles_per_expert = -(-per_expert // tile_elems)
+    tiles = experts * tiles_per_expert
+    limit = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    sms = driver.multiprocessor_count(device)
+    for per_sm in (2, 1):
+        grid = min(tiles, per_sm * sms)
+        if PLAN_OVERRIDE is not None:
+            grid = PLAN_OVERRIDE[0]
+        lag = -(-tiles_per_expert // grid) + 1
+        stages = lag + 1 + V4_PREFETCH
+        smem = stages * (tile_elems * elem_bytes + 8)
+        if smem > limit:
+            continue
+        kernel.allow_dynamic_smem(device, smem)
+        resident = kernel.max_active_blocks_per_sm(device, codegen_refit.CTA, smem) * sms
+        if grid <= resident:
+            return grid, lag, stages, smem
+    return None
+
+
 def _launch(w, codes, block_scales, scales):
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
     device = check_cuda_device(w)
@@ -68,6 +97,20 @@ def _launch(w, codes, block_scales, scales):
         return
     spec = codegen_refit.spec(w.dtype)
     kernel = kernel_for(spec)
+    if spec.launch["variant"] == "v4":  # one cooperative launch, tiles waiting in shared memory
+        v4 = plan_v4(device, kernel, experts, n * k, spec.launch["tile_half_blocks"] * 8, w.element_size())
+        if v4 is not None:
+            grid, lag, stages, smem = v4
+            workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, tiles arrived
+            with nvtx.annotate("refit_weights"):
+                kernel.launch(device, (grid,), (spec.launch["threads"],),
+                              [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                               i64(n * k), i32(k), i32(lag), i32(stages), ptr(status_buffer(device))],
+                              smem=smem, cooperative=True)
+            after_launch(device)
+            return
+        spec = codegen_refit.spec(w.dtype, "v2")  # an expert too large to wait in shared memory
+        kernel = kernel_for(spec)
     if spec.launch["variant"] == "v2":  # amax pass, then quantize pass: plain launches, no co-residency
         workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits (, unused)
         tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])

@@ -45,6 +45,7 @@ class CudaKernel:
         self.image = cubin if isinstance(cubin, bytes) else Path(cubin).read_bytes()
         self._functions: dict[int, object] = {}
         self._modules: dict[int, object] = {}
+        self._smem_allowed: dict[int, int] = {}  # device -> dynamic shared memory limit set
         self._lock = threading.Lock()
 
     def function(self, device_index: int):
@@ -61,6 +62,16 @@ class CudaKernel:
                 self._modules[device_index] = module
                 self._functions[device_index] = fn
             return self._functions[device_index]
+
+    def allow_dynamic_smem(self, device_index: int, smem: int) -> None:
+        """Raise the dynamic shared-memory limit above the 48 KB default (once per device and size);
+        call before an occupancy query or launch that uses more."""
+        if smem <= 48 * 1024 or self._smem_allowed.get(device_index, 0) >= smem:
+            return
+        cu = driver()
+        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check(cu.cuFuncSetAttribute(self.function(device_index), attr, smem), "cuFuncSetAttribute", self.name)
+        self._smem_allowed[device_index] = smem
 
     def max_active_blocks_per_sm(self, device_index: int, threads: int, smem: int = 0) -> int:
         cu = driver()

@@ -4,7 +4,8 @@ The kernel walks each expert as a flat run of N*K elements (blocks along K never
 since K % 16 == 0), so one kernel per (dtype, variant) serves every expert shape; K only locates
 bad values. Variants (cuda/include/trace_kernels/refit_weights.cuh): "v1" one cooperative launch
 with per-expert group barriers (measured on the H200, docs/toolchain.md), "v2" two plain launches
-(amax pass, quantize pass), "v3" one cooperative launch pipelining chunks of experts two deep.
+(amax pass, quantize pass), "v3" one cooperative launch pipelining chunks of experts two deep,
+"v4" one cooperative launch whose tiles wait for their expert's amax in shared memory (bulk copies).
 `VARIANT` is what the op launches.
 """
 
@@ -19,7 +20,7 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
-VARIANTS = ("v1", "v2", "v3")
+VARIANTS = ("v1", "v2", "v3", "v4")
 VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
 
 
@@ -36,13 +37,15 @@ def spec(dtype, variant: str | None = None) -> KernelSpec:
 def _spec(dtype, variant: str) -> KernelSpec:
     short = dtype_name(dtype)
     slots = 2 if short == "f32" else 8  # FP32: 4 slots spill at 64 registers
+    if variant == "v4":
+        slots = 2 if short == "f32" else 4  # 16 KB shared-memory tiles: 2 (FP32: 1) blocks per thread
     return KernelSpec(
         op=NAME,
         name=kernel_name(NAME, *variant_parts(short, variant)),
         template=TEMPLATE,
         params={"cuda_type": CUDA_TYPES[short], "cta": CTA, "slots": slots, "variant": int(variant[1:])},
         launch={"threads": CTA, "tile_half_blocks": CTA * slots, "variant": variant},
-        headers=("trace_kernels/refit_weights.cuh",),
+        headers=("trace_kernels/refit_weights_kernel.cuh",),
     )
 
 
