@@ -48,7 +48,7 @@ SWEEP_SIZES = (256 * MB,)
 
 def wanted(args, op: str, name: str = "") -> bool:
     """--select: comma list of `op` or `op:variant` (op: quantize, guided_fake_quantize, refit_weights,
-    refit_sweep); --skip the same. The copy always runs (every percentage is relative to it)."""
+    refit_sweep, quantize_cta); --skip the same. The copy always runs (every percentage is relative to it)."""
     def hit(patterns):
         return any(p in (op, f"{op}:{name}") for p in patterns)
     select = [p for p in args.select.split(",") if p]
@@ -65,6 +65,17 @@ def variant(module, name: str):
         yield
     finally:
         module.VARIANT = saved
+
+
+@contextlib.contextmanager
+def min_cta(cta: int):
+    """Launch quantize with `cta` threads per block inside the block (codegen MIN_CTA)."""
+    saved = codegen_quantize.MIN_CTA
+    codegen_quantize.MIN_CTA = cta
+    try:
+        yield
+    finally:
+        codegen_quantize.MIN_CTA = saved
 
 
 def bench_size(size: int, l2: int, args) -> list[dict]:
@@ -94,6 +105,16 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
             record(f"quantize+guidance+bf16 [{v}]",
                    time_graph(lambda i: ops.quantize(xs[i], guidance=True, dequant=True), sets),
                    q_bytes + elems // 8 + elems * 2, {"variant": v})
+
+    if wanted(args, "quantize_cta"):  # the default variant at other block sizes (MIN_CTA; 256 is the default)
+        for cta in (64, 128, 256):
+            with min_cta(cta):
+                extra = {"variant": codegen_quantize.VARIANT, "cta": cta}
+                record(f"quantize cta={cta} [{codegen_quantize.VARIANT}]",
+                       time_graph(lambda i: ops.quantize(xs[i]), sets), q_bytes, extra)
+                record(f"quantize+guidance+bf16 cta={cta} [{codegen_quantize.VARIANT}]",
+                       time_graph(lambda i: ops.quantize(xs[i], guidance=True, dequant=True), sets),
+                       q_bytes + elems // 8 + elems * 2, extra)
 
     guided_variants = [v for v in codegen_guided.VARIANTS if wanted(args, "guided_fake_quantize", v)]
     compact = [ops.quantize(x, guidance=True).guidance() for x in xs] if guided_variants else []

@@ -4,7 +4,8 @@
         python profiling/ncu_memory_case.py quantize:v2 --mb 64
 
 Cases: quantize, quantize+guidance (with the BF16 operand), guided-compact, guided-compact-counters,
-guided-full, refit; each optionally `:variant`. The BF16 input is [rows, 2048] (refit: [E, 1536, 2048])
+guided-full, refit, kv_append, kv_append+guidance; each optionally `:variant` (kv_append: the
+default NVFP4 variant; the others: the codegen module's VARIANTS). The BF16 input is [rows, 2048] (refit: [E, 1536, 2048])
 of `--mb` MB, as in bench_memory_kernels.py, so the profiled launch is the one the benchmark times.
 """
 
@@ -48,6 +49,15 @@ def workload(case: str, size: int):
         guidance = nvfp4.make_guidance(ops.quantize(x).q, mode)
         counters = case != "guided-compact"
         return lambda: ops.guided_fake_quantize(trainer, guidance, return_counters=counters)
+    if case.startswith("kv_append"):  # 256K tokens x 4 kv heads x 128 into NVFP4 pages of 16, shuffled slots
+        from trace_kernels import kv_cache
+        from trace_kernels.kv_append import kv_append
+        tokens, hkv, d, page = 262144, 4, 128, 16
+        k, v = (torch.randn(tokens, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))  # [T, Hkv, D]
+        slots = torch.randperm(tokens, device="cuda")  # [T]
+        caches = [kv_cache.allocate_nvfp4_pages(tokens // page, page, hkv, d, device="cuda") for _ in range(2)]
+        guidance = case == "kv_append+guidance"
+        return lambda: kv_append(k, v, slots, *caches, guidance=guidance, check_values=False)
     if case == "refit":
         experts = max(1, size // (2 * REFIT_N * REFIT_K))
         w = torch.randn(experts, REFIT_N, REFIT_K, device="cuda", dtype=torch.bfloat16)  # [E, N, K]
@@ -66,7 +76,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     case, _, name = args.case.partition(":")
     module = MODULES.get(case, codegen_guided)
-    with launched_variant(module, name or None):
+    with launched_variant(module, None if case.startswith("kv_append") else name or None):
         run = workload(case, args.mb * MB)
         run()  # warm-up: JIT load, first-touch of the outputs
         torch.cuda.synchronize()

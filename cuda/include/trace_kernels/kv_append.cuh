@@ -1,7 +1,7 @@
 // KV append: K and V rows (BF16 [T, Hkv, D], after RoPE / k-norm) -> paged cache through a slot
 // mapping (flat slot = page * P + offset). NVFP4 pages are quantized per (token, kv head) row
-// exactly as trace_kernels.nvfp4.quantize(x, scale="row") (the quantize epilogue of
-// quantize_epilogue.cuh), and the compact TRACE guidance of what was written can be emitted in
+// exactly as trace_kernels.nvfp4.quantize(x, scale="row") (quantize_epilogue.cuh: the packed
+// 16-bit block path, branch-free for rows with row_scale_fast), and the compact TRACE guidance of what was written can be emitted in
 // token order. BF16 pages get a plain scatter copy. Layout: docs/kv_cache.md.
 //
 // Work split (NVFP4): BLOCKS_PER_THREAD consecutive 16-element blocks per thread (1 by default;
@@ -63,26 +63,23 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
   const int row = blockIdx.x * Cfg::kRowsPerCta + threadIdx.x / TPR;  // token * Hkv + head
   const bool row_ok = row < rows;
 
-  float f[BPT][2][8];  // [block][half block][element]
+  Vec8<__nv_bfloat16> v[BPT][2];  // [block][half block], raw
   float block_amax[BPT];
 #pragma unroll
   for (int j = 0; j < BPT; ++j) {
-    Vec8<__nv_bfloat16> lo, hi;  // the block's two half blocks
     const int64_t offset = static_cast<int64_t>(row) * D + (lane * BPT + j) * 16;
     if (row_ok) {
-      lo.load_stream(x + offset);
-      hi.load_stream(x + offset + 8);
+      v[j][0].load_stream(x + offset);
+      v[j][1].load_stream(x + offset + 8);
     } else {
-      lo.zero();
-      hi.zero();
+      v[j][0].zero();
+      v[j][1].zero();
     }
-    lo.to_float(f[j][0]);
-    hi.to_float(f[j][1]);
   }
   float amax = 0.f;
 #pragma unroll
   for (int j = 0; j < BPT; ++j) {
-    block_amax[j] = nvfp4::fmax_nan(half_block_amax(f[j][0]), half_block_amax(f[j][1]));
+    block_amax[j] = block16_abs_max<__nv_bfloat16>(v[j][0], v[j][1]);
     amax = j == 0 ? block_amax[0] : nvfp4::fmax_nan(amax, block_amax[j]);
   }
 #pragma unroll
@@ -95,9 +92,12 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
 #pragma unroll
     for (int j = 0; j < BPT; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (!nvfp4::is_finite(half_block_amax(f[j][h])))
-          report_nonfinite(status, kStatusKvAppend, flat_row, (lane * BPT + j) * 16 + 8 * h, f[j][h]);
+      for (int h = 0; h < 2; ++h) {
+        float f[8];
+        v[j][h].to_float(f);
+        if (!nvfp4::is_finite(half_block_amax(f)))
+          report_nonfinite(status, kStatusKvAppend, flat_row, (lane * BPT + j) * 16 + 8 * h, f);
+      }
     return;
   }
   const int token = row / Cfg::HKV;
@@ -107,17 +107,21 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
   const int64_t dest = slot * Cfg::HKV + head;
 
   const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
+  const bool fast = row_scale_fast(s);  // branch-free blocks (quantize_epilogue.cuh)
+  const nvfp4::Divisor six_s_div = nvfp4::make_divisor(nvfp4::kFp4Max * s);
 #pragma unroll
   for (int j = 0; j < BPT; ++j) {
     const int block = lane * BPT + j;
-    const nvfp4::BlockStep step = nvfp4::block_step(block_amax[j], s, nvfp4::kFp4Max * s);
-    const HalfBlockOut q0 = quantize_half_block(f[j][0], step);
-    const HalfBlockOut q1 = quantize_half_block(f[j][1], step);
-    reinterpret_cast<uint2*>(pages.codes + dest * (D / 2))[block] = make_uint2(q0.codes, q1.codes);
+    uint4 unused_lo, unused_hi;
+    const nvfp4::BlockStep step =
+        fast ? block_step_fast(block_amax[j], s, six_s_div) : nvfp4::block_step(block_amax[j], s, nvfp4::kFp4Max * s);
+    const uint2 q = fast ? quantize_block16_fast<__nv_bfloat16, false>(v[j][0], v[j][1], step, unused_lo, unused_hi)
+                         : quantize_block16<__nv_bfloat16>(v[j][0], v[j][1], step, false, unused_lo, unused_hi);
+    reinterpret_cast<uint2*>(pages.codes + dest * (D / 2))[block] = q;
     pages.block_scales[dest * (D / 16) + block] = step.scale_bits;
     if (guidance.mantissa_bits != nullptr) {
       reinterpret_cast<uint16_t*>(guidance.mantissa_bits + static_cast<int64_t>(row) * (D / 8))[block] =
-          static_cast<uint16_t>(mantissa_bits_of(q0.codes) | (mantissa_bits_of(q1.codes) << 8));
+          static_cast<uint16_t>(mantissa_bits_of(q.x) | (mantissa_bits_of(q.y) << 8));
       guidance.block_scales[static_cast<int64_t>(row) * (D / 16) + block] = step.scale_bits;
     }
   }

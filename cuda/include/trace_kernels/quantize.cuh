@@ -131,16 +131,19 @@ __device__ __forceinline__ void quantize_rows(const typename Cfg::T* __restrict_
 }
 
 // v2 / v4 row body: the thread's whole blocks (b = lane + k TPR) of one row already in registers
-// -> amax over the row group, scales, codes and the optional outputs. Every lane of the row group
-// calls it (row_ok false: the lane only joins the row-amax shuffles).
-template <class Cfg>
-__device__ __forceinline__ void quantize_row_blocks(const Vec8<typename Cfg::T> (&v)[Cfg::kBlockSlots][2],
-                                                    int64_t row, int lane, bool row_ok,
-                                                    uint8_t* __restrict__ codes, uint8_t* __restrict__ block_scales,
-                                                    float* __restrict__ row_scales,
-                                                    uint8_t* __restrict__ mantissa_bits,
-                                                    __nv_bfloat16* __restrict__ dequant,
-                                                    uint32_t* __restrict__ status) {
+// -> amax over the row group, scales, codes and the optional outputs (kDq: the BF16 operand, kBits:
+// the guidance bits; compile-time, see quantize_row_blocks). Every lane of the row group calls it
+// (row_ok false: the lane only joins the row-amax shuffles). Rows with row_scale_fast(s) (all but
+// zero rows and extreme magnitudes) take the branch-free block path.
+template <class Cfg, bool kDq, bool kBits>
+__device__ __forceinline__ void quantize_row_blocks_impl(const Vec8<typename Cfg::T> (&v)[Cfg::kBlockSlots][2],
+                                                         int64_t row, int lane, bool row_ok,
+                                                         uint8_t* __restrict__ codes,
+                                                         uint8_t* __restrict__ block_scales,
+                                                         float* __restrict__ row_scales,
+                                                         uint8_t* __restrict__ mantissa_bits,
+                                                         __nv_bfloat16* __restrict__ dequant,
+                                                         uint32_t* __restrict__ status) {
   using T = typename Cfg::T;
   constexpr int D = Cfg::D;
   constexpr int kSlots = Cfg::kBlockSlots;
@@ -148,7 +151,7 @@ __device__ __forceinline__ void quantize_row_blocks(const Vec8<typename Cfg::T> 
   float amax = 0.f;
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
-    block_amax[k] = nvfp4::fmax_nan(v[k][0].abs_max(), v[k][1].abs_max());
+    block_amax[k] = block16_abs_max<T>(v[k][0], v[k][1]);
     amax = nvfp4::fmax_nan(amax, block_amax[k]);
   }
   amax = row_group_amax<Cfg>(amax);
@@ -173,23 +176,57 @@ __device__ __forceinline__ void quantize_row_blocks(const Vec8<typename Cfg::T> 
   const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
   const float six_s = nvfp4::kFp4Max * s;
   if (lane == 0) row_scales[row] = s;
+  const bool fast = row_scale_fast(s);
+  const nvfp4::Divisor six_s_div = nvfp4::make_divisor(six_s);
 
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     const int b = lane + k * Cfg::TPR;
     if (b >= Cfg::kBlocks) continue;
-    const nvfp4::BlockStep step = nvfp4::block_step(block_amax[k], s, six_s);
     uint4 dq_lo, dq_hi;
-    const uint2 q = quantize_block16<T>(v[k][0], v[k][1], step, dequant != nullptr, dq_lo, dq_hi);
+    nvfp4::BlockStep step;
+    uint2 q;
+    if (fast) {
+      step = block_step_fast(block_amax[k], s, six_s_div);
+      q = quantize_block16_fast<T, kDq>(v[k][0], v[k][1], step, dq_lo, dq_hi);
+    } else {
+      step = nvfp4::block_step(block_amax[k], s, six_s);
+      q = quantize_block16<T>(v[k][0], v[k][1], step, kDq, dq_lo, dq_hi);
+    }
     reinterpret_cast<uint2*>(codes + row * (D / 2))[b] = q;  // 8 bytes per block
     block_scales[row * (D / 16) + b] = step.scale_bits;
-    if (mantissa_bits != nullptr)
+    if constexpr (kBits)
       reinterpret_cast<uint16_t*>(mantissa_bits + row * (D / 8))[b] =
           static_cast<uint16_t>(mantissa_bits_of(q.x) | (mantissa_bits_of(q.y) << 8));
-    if (dequant != nullptr) {
+    if constexpr (kDq) {
       *reinterpret_cast<uint4*>(dequant + row * D + b * 16) = dq_lo;
       *reinterpret_cast<uint4*>(dequant + row * D + b * 16 + 8) = dq_hi;
     }
+  }
+}
+
+// The optional outputs picked once per call (uniform), so the block loop has no per-block checks.
+template <class Cfg>
+__device__ __forceinline__ void quantize_row_blocks(const Vec8<typename Cfg::T> (&v)[Cfg::kBlockSlots][2],
+                                                    int64_t row, int lane, bool row_ok,
+                                                    uint8_t* __restrict__ codes, uint8_t* __restrict__ block_scales,
+                                                    float* __restrict__ row_scales,
+                                                    uint8_t* __restrict__ mantissa_bits,
+                                                    __nv_bfloat16* __restrict__ dequant,
+                                                    uint32_t* __restrict__ status) {
+  if (dequant != nullptr) {
+    if (mantissa_bits != nullptr)
+      quantize_row_blocks_impl<Cfg, true, true>(v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits,
+                                                dequant, status);
+    else
+      quantize_row_blocks_impl<Cfg, true, false>(v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits,
+                                                 dequant, status);
+  } else if (mantissa_bits != nullptr) {
+    quantize_row_blocks_impl<Cfg, false, true>(v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits,
+                                               dequant, status);
+  } else {
+    quantize_row_blocks_impl<Cfg, false, false>(v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits,
+                                                dequant, status);
   }
 }
 

@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "trace_kernels/nvfp4.cuh"
 #include "trace_kernels/vec.cuh"
 
@@ -120,6 +122,10 @@ struct Pair16<__nv_bfloat16> {
   static __device__ __forceinline__ uint32_t ge(uint32_t a, uint32_t b) {
     return __hge2_mask(Vec8<__nv_bfloat16>::as_pair(a), Vec8<__nv_bfloat16>::as_pair(b));
   }
+  // |w| per half as abs.bf16x2 (not a mask): ptxas may fold it into the compares' operands
+  static __device__ __forceinline__ uint32_t abs(uint32_t w) {
+    return Vec8<__nv_bfloat16>::bits(__habs2(Vec8<__nv_bfloat16>::as_pair(w)));
+  }
 };
 
 template <>
@@ -131,6 +137,9 @@ struct Pair16<__half> {
   static __device__ __forceinline__ uint32_t ge(uint32_t a, uint32_t b) {
     return __hge2_mask(Vec8<__half>::as_pair(a), Vec8<__half>::as_pair(b));
   }
+  static __device__ __forceinline__ uint32_t abs(uint32_t w) {
+    return Vec8<__half>::bits(__habs2(Vec8<__half>::as_pair(w)));
+  }
 };
 
 __device__ __forceinline__ uint32_t select_bits(uint32_t mask, uint32_t a, uint32_t b) { return (mask & a) | (~mask & b); }
@@ -140,7 +149,7 @@ __device__ __forceinline__ uint32_t select_bits(uint32_t mask, uint32_t a, uint3
 template <typename T>
 __device__ __forceinline__ uint32_t classify_pair_nibbles(uint32_t w, const uint32_t (&b)[7], bool want_value,
                                                           uint32_t& value_pair) {
-  const uint32_t a = w & 0x7fff7fffu;
+  const uint32_t a = Pair16<T>::abs(w);
   const uint32_t k2 = Pair16<T>::ge(a, b[3]);                                                // m >= 4
   const uint32_t k1 = Pair16<T>::ge(a, select_bits(k2, b[5], b[1]));                         // m >= 6 | 2
   const uint32_t k0 = Pair16<T>::ge(a, select_bits(k2, select_bits(k1, b[6], b[4]), select_bits(k1, b[2], b[0])));
@@ -273,6 +282,65 @@ __device__ __forceinline__ uint2 quantize_block16(const Vec8<T>& lo, const Vec8<
     dq_hi = dequant_half_block_bf16(c_hi, step.scale);
   }
   return make_uint2(c_lo, c_hi);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fast path for a row (or expert) whose FP32 scale s makes every block step safe without checks:
+// s in [2^-40, 2^37] (row_scale_fast). Then six_s = 6 s is a Markstein divisor (nvfp4::Divisor),
+// every nonzero d = float(b) s lies in [2^-49, 2^46] where the packed thresholds are exact, and a
+// block whose E4M3 scale rounds to 0 (d == 0) is given d = 2^100: its thresholds all exceed any
+// |x| <= 2688 s, so its codes come out +0 with no branch. For BF16, the thresholds of t = 2.5, 3.5
+// and 5 are those of 1.25, 1.75 and 1.25 with the exponent field raised by 1, 1 and 2: doubling d's
+// multiple doubles the half-ulp offset too, so every FP32 step of e2m1_thresholds scales exactly
+// by 2 (all values normal here), and so does rounding up to BF16.
+// Bit for bit block_step + quantize_block16.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ bool row_scale_fast(float s) { return s >= 0x1p-40f && s <= 0x1p37f; }
+
+// max |x| of a whole block (two Vec8 halves), NaN-propagating.
+template <typename T>
+__device__ __forceinline__ float block16_abs_max(const Vec8<T>& lo, const Vec8<T>& hi) {
+  if constexpr (sizeof(T) == 2) return Vec8<T>::fold_pair(Vec8<T>::max_pair(lo.abs_max_pair(), hi.abs_max_pair()));
+  else return nvfp4::fmax_nan(lo.abs_max(), hi.abs_max());
+}
+
+// block_step for row_scale_fast(s): the division by six_s is Markstein's (exact here: the block amax
+// is 0 or below 2^49; one under 2^-80 gives a quotient under 2^-42, which E4M3 rounds to 0 anyway).
+__device__ __forceinline__ nvfp4::BlockStep block_step_fast(float block_amax, float s, const nvfp4::Divisor& six_s) {
+  const float q = block_amax < 0x1p-80f ? 0.f : nvfp4::div_rn_fast(block_amax, six_s);
+  nvfp4::BlockStep out;
+  out.scale_bits = nvfp4::e4m3_round(q, &out.scale);
+  out.d = out.scale * s;
+  return out;
+}
+
+// One block on the fast path: codes of elements 0..7 in .x, 8..15 in .y, and (kDq) the BF16
+// "code x block scale" operand; the same bits as quantize_block16(lo, hi, block_step(...)).
+template <typename T, bool kDq>
+__device__ __forceinline__ uint2 quantize_block16_fast(const Vec8<T>& lo, const Vec8<T>& hi, const nvfp4::BlockStep& step,
+                                                       uint4& dq_lo, uint4& dq_hi) {
+  if constexpr (sizeof(T) == 2) {
+    PackedThresholds<T> p;
+    const float d = step.d == 0.f ? 0x1p100f : step.d;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      constexpr uint32_t kExponentStep = 0x00800080u;  // x2 on both BF16 halves
+      p.b[0] = Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(0.25f, d, d * 0x1p-26f)));
+      p.b[1] = Pair16<T>::round_up_pair(__fmaf_ru(0.75f, d, -(d * 0x1p-25f)));
+      p.b[2] = Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(1.25f, d, d * 0x1p-24f)));
+      p.b[3] = Pair16<T>::round_up_pair(__fmaf_ru(1.75f, d, -(d * 0x1p-24f)));
+      p.b[4] = p.b[2] + kExponentStep;
+      p.b[5] = p.b[3] + kExponentStep;
+      p.b[6] = p.b[2] + 2 * kExponentStep;
+    } else {  // FP16 thresholds may be subnormal or infinite: each one computed
+      const E2M1Thresholds t = e2m1_thresholds(d);
+#pragma unroll
+      for (int i = 0; i < 7; ++i) p.b[i] = Pair16<T>::round_up_pair(t.x[i]);
+    }
+    return make_uint2(classify_words_packed<T>(lo.raw, p, step.scale, kDq, dq_lo),
+                      classify_words_packed<T>(hi.raw, p, step.scale, kDq, dq_hi));
+  } else {
+    return quantize_block16<T>(lo, hi, step, kDq, dq_lo, dq_hi);
+  }
 }
 
 }  // namespace trace_kernels

@@ -217,6 +217,8 @@ __device__ __forceinline__ void refit_quantize_tile(const typename Cfg::T* __res
   const float s = __fdiv_rn(expert_amax, nvfp4::kGlobalDivisor);
   const float six_s = nvfp4::kFp4Max * s;
   if (finite && tile == 0 && threadIdx.x == 0) scales[e] = s;
+  const bool fast = row_scale_fast(s);  // the expert's scale: branch-free blocks (quantize_epilogue.cuh)
+  const nvfp4::Divisor six_s_div = nvfp4::make_divisor(six_s);
 
 #pragma unroll
   for (int k = 0; k < kBlocks; ++k) {
@@ -234,10 +236,12 @@ __device__ __forceinline__ void refit_quantize_tile(const typename Cfg::T* __res
       }
       continue;
     }
-    const float block_amax = nvfp4::fmax_nan(v[k][0].abs_max(), v[k][1].abs_max());
-    const nvfp4::BlockStep step = nvfp4::block_step(block_amax, s, six_s);
+    const float block_amax = block16_abs_max<T>(v[k][0], v[k][1]);
     uint4 unused_lo, unused_hi;
-    const uint2 q = quantize_block16<T>(v[k][0], v[k][1], step, false, unused_lo, unused_hi);
+    const nvfp4::BlockStep step =
+        fast ? block_step_fast(block_amax, s, six_s_div) : nvfp4::block_step(block_amax, s, six_s);
+    const uint2 q = fast ? quantize_block16_fast<T, false>(v[k][0], v[k][1], step, unused_lo, unused_hi)
+                         : quantize_block16<T>(v[k][0], v[k][1], step, false, unused_lo, unused_hi);
     const int64_t bg = static_cast<int64_t>(e) * blocks + b;  // global block index
     reinterpret_cast<uint2*>(codes)[bg] = q;
     block_scales[bg] = step.scale_bits;

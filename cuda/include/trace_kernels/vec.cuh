@@ -33,7 +33,8 @@ __device__ __forceinline__ uint4 load16_l2_hint(const void* p, uint64_t policy) 
   return v;
 }
 
-// NaN-propagating max of |x| over 8 elements (16-bit types: packed, no FP32 conversion).
+// NaN-propagating max of |x| over 8 elements (16-bit types: packed; abs_max_pair / max_pair /
+// fold_pair let a caller fold several Vec8s before the one FP32 conversion).
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t u16) { return __uint_as_float(u16 << 16); }
 
 template <>
@@ -46,14 +47,22 @@ struct Vec8<__nv_bfloat16> {
   }
   __device__ __forceinline__ void load_shared(const __nv_bfloat16* p) { raw = *reinterpret_cast<const uint4*>(p); }
   __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
-  __device__ __forceinline__ float abs_max() const {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    __nv_bfloat162 m = as_pair(w[0] & 0x7fff7fffu);
-#pragma unroll
-    for (int i = 1; i < 4; ++i) m = __hmax2_nan(m, as_pair(w[i] & 0x7fff7fffu));
-    const float lo = __low2float(m), hi = __high2float(m);
-    return lo != lo ? lo : (hi != hi ? hi : fmaxf(lo, hi));
+  // max |x| of the 8 elements as a packed pair (max.NaN per half; both halves still to be folded)
+  __device__ __forceinline__ uint32_t abs_max_pair() const {
+    __nv_bfloat162 m = __hmax2_nan(__habs2(as_pair(raw.x)), __habs2(as_pair(raw.y)));
+    m = __hmax2_nan(m, __habs2(as_pair(raw.z)));
+    return bits(__hmax2_nan(m, __habs2(as_pair(raw.w))));
   }
+  static __device__ __forceinline__ uint32_t max_pair(uint32_t a, uint32_t b) {
+    return bits(__hmax2_nan(as_pair(a), as_pair(b)));
+  }
+  // max of a pair's two halves (NaN wins) as FP32: exact, one swap, one packed max, one shift
+  static __device__ __forceinline__ float fold_pair(uint32_t m) {
+    const __nv_bfloat162 p = as_pair(m);
+    return __low2float(__hmax2_nan(p, __lowhigh2highlow(p)));
+  }
+  __device__ __forceinline__ float abs_max() const { return fold_pair(abs_max_pair()); }
+  static __device__ __forceinline__ uint32_t bits(__nv_bfloat162 p) { return *reinterpret_cast<const uint32_t*>(&p); }
   static __device__ __forceinline__ __nv_bfloat162 as_pair(uint32_t u) {
     __nv_bfloat162 p;
     *reinterpret_cast<uint32_t*>(&p) = u;
@@ -82,14 +91,20 @@ struct Vec8<__half> {
     *reinterpret_cast<uint32_t*>(&p) = u;
     return p;
   }
-  __device__ __forceinline__ float abs_max() const {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    __half2 m = as_pair(w[0] & 0x7fff7fffu);
-#pragma unroll
-    for (int i = 1; i < 4; ++i) m = __hmax2_nan(m, as_pair(w[i] & 0x7fff7fffu));
-    const float lo = __low2float(m), hi = __high2float(m);
-    return lo != lo ? lo : (hi != hi ? hi : fmaxf(lo, hi));
+  __device__ __forceinline__ uint32_t abs_max_pair() const {  // as Vec8<__nv_bfloat16>
+    __half2 m = __hmax2_nan(__habs2(as_pair(raw.x)), __habs2(as_pair(raw.y)));
+    m = __hmax2_nan(m, __habs2(as_pair(raw.z)));
+    return bits(__hmax2_nan(m, __habs2(as_pair(raw.w))));
   }
+  static __device__ __forceinline__ uint32_t max_pair(uint32_t a, uint32_t b) {
+    return bits(__hmax2_nan(as_pair(a), as_pair(b)));
+  }
+  static __device__ __forceinline__ float fold_pair(uint32_t m) {
+    const __half2 p = as_pair(m);
+    return __low2float(__hmax2_nan(p, __lowhigh2highlow(p)));
+  }
+  __device__ __forceinline__ float abs_max() const { return fold_pair(abs_max_pair()); }
+  static __device__ __forceinline__ uint32_t bits(__half2 p) { return *reinterpret_cast<const uint32_t*>(&p); }
   __device__ __forceinline__ void to_float(float (&f)[8]) const {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll

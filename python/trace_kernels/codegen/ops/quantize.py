@@ -15,7 +15,8 @@ from trace_kernels.shapes import ModelShape
 
 NAME = "nvfp4_quantize"
 TEMPLATE = "nvfp4_quantize.cu.jinja"
-MIN_CTA = 256
+MIN_CTA = 128  # threads per block (v1, v2) unless a row takes more: 83.5% vs 80% of copy at 64 MB (256), the
+# shorter last wave (profiling/results/memory_quantize_cta_h200.json); names carry any other value
 VARIANTS = ("v1", "v2", "v4")  # v3 (register-pipelined, slower than v2 on the H200) was removed
 VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
 
@@ -28,12 +29,15 @@ def check_variant(variant: str | None) -> str:
     return resolve_variant(NAME, VARIANTS, VARIANT, variant)  # VARIANT read at call time (tests patch it)
 
 
+DEFAULT_MIN_CTA = MIN_CTA  # the block size kernel names leave out
+
+
 V4_CTA = 256        # 8 warps, each with its own ring of bulk-copy buffers
 V4_ITEM_BYTES = 4096  # bytes of x per bulk copy (whole rows, at least one)
 V4_STAGES = 3       # bulk copies in flight per warp: ~96 KB of shared memory per CTA at 4 KB (2 was slower too)
 
 
-def tiling(dtype, d: int, variant: str = "v1") -> tuple[int, int]:
+def tiling(dtype, d: int, variant: str = "v1", min_cta: int = MIN_CTA) -> tuple[int, int]:
     """(threads per row, threads per block) for rows of d elements.
 
     v1: ~4 half blocks (64 B of 16-bit input) per thread; v2: ~4 whole blocks (128 B; 2 for FP32)
@@ -45,7 +49,7 @@ def tiling(dtype, d: int, variant: str = "v1") -> tuple[int, int]:
     tpr = min(1024, max(2 if variant == "v1" else 1, _pow2_ceil(-(-units // per_thread))))
     if variant == "v4":
         return max(2, min(tpr, 32)), V4_CTA  # TPR 1 spills a register in the item loop
-    return tpr, max(tpr, MIN_CTA)
+    return tpr, max(tpr, min_cta)
 
 
 def v4_pipeline(dtype, d: int) -> tuple[int, int]:
@@ -76,20 +80,21 @@ def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
         if variant is not None:
             raise ValueError(f"{NAME}: v4 takes rows of at most {V4_MAX_ROW_BYTES} bytes, got D={d} of {dtype}")
         resolved = "v2"
-    return _spec(dtype, d, resolved)
+    return _spec(dtype, d, resolved, MIN_CTA)  # MIN_CTA read at call time (the benchmark sweeps it)
 
 
 # memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
-def _spec(dtype, d: int, variant: str) -> KernelSpec:
+def _spec(dtype, d: int, variant: str, min_cta: int) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
     short = dtype_name(dtype)
-    tpr, cta = tiling(dtype, d, variant)
+    tpr, cta = tiling(dtype, d, variant, min_cta)
     rows_per_item, smem = v4_pipeline(dtype, d) if variant == "v4" else (1, 0)
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, *variant_parts(short, variant), dims={"d": d}),
+        name=kernel_name(NAME, *variant_parts(short, variant),
+                         dims={"d": d, **({"cta": cta} if cta != tiling(dtype, d, variant, DEFAULT_MIN_CTA)[1] else {})}),
         template=TEMPLATE,
         params={"cuda_type": CUDA_TYPES[short], "d": d, "tpr": tpr, "cta": cta, "variant": int(variant[1:]),
                 "rows_per_item": rows_per_item, "stages": V4_STAGES if variant == "v4" else 1,
