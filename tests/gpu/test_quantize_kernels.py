@@ -275,6 +275,17 @@ def test_refit_v3_forced_plans(monkeypatch, grid, chunk):
     _refit_check(5, 256, 1024, torch.bfloat16, seed=grid * 10 + chunk)
 
 
+@pytest.mark.parametrize("grid,chunk", [(1, 1), (3, 2), (7, 5), (2, 3)])
+def test_refit_v5_forced_plans(monkeypatch, grid, chunk):
+    """v5's work queue with one CTA (every quantize item waits on amax items the same CTA ran), a few
+    CTAs, chunks of 1 / 2 / all experts and a partial last chunk."""
+    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(codegen_refit, "VARIANT", "v5")
+    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, chunk))
+    _refit_check(5, 256, 1024, torch.bfloat16, seed=grid * 10 + chunk)
+    _refit_check(3, 7, 96, torch.bfloat16, seed=grid + chunk)  # one partial tile per expert
+
+
 @pytest.mark.parametrize("grid,experts,n,k", [(3, 5, 64, 1024), (7, 3, 100, 96), (1, 2, 33, 2048)])
 def test_refit_v4_forced_plans(monkeypatch, grid, experts, n, k):
     """v4 with few CTAs: many tiles per CTA, a long lag (buffers reused many times), partial last tiles."""

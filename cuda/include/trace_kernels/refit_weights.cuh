@@ -17,7 +17,9 @@
 // v3: one cooperative launch, chunks of experts software-pipelined two deep (see refit_pipelined_v3):
 // one DRAM read of w like v1, the quantize of chunk c - 2 re-reading from L2 while chunk c streams.
 // v4 (refit_weights_v4.cuh): one cooperative launch, one DRAM read, tiles waiting for their expert's
-// amax in shared memory. refit_weights_kernel.cuh dispatches on the variant.
+// amax in shared memory. v5 (refit_weights_v5.cuh): one ordinary launch, a work queue that
+// interleaves the amax stream of the next chunk of experts with the quantize of the previous one.
+// refit_weights_kernel.cuh dispatches on the variant.
 #pragma once
 
 #include <cuda/atomic>
@@ -35,7 +37,7 @@ struct RefitConfig {
   using T = T_;
   static constexpr int CTA = CTA_;
   static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ >= 1 && VARIANT_ <= 4, "variants: 1, 2, 3, 4");
+  static_assert(VARIANT_ >= 1 && VARIANT_ <= 5, "variants: 1 .. 5");
   static constexpr int kSlots = KSLOTS_;                   // half blocks per thread per tile (v2: per phase-0 tile)
   static constexpr int kQuantizeBlocks = KSLOTS_ / 2;      // v2 phase 1: whole blocks per thread
   static_assert(VARIANT_ == 1 || KSLOTS_ % 2 == 0, "v2/v3 quantize whole blocks (pairs of half blocks)");

@@ -32,7 +32,7 @@ def _reference(w, codes, block_scales, scales):
 
 
 # (grid, ctas_per_group) forced by tests (multi-tile and leftover-CTA paths) and the benchmark sweep;
-# for v3 (grid, experts per chunk); for v4 (grid, unused).
+# for v3 and v5 (grid, experts per chunk); for v4 (grid, unused).
 PLAN_OVERRIDE: tuple[int, int] | None = None
 
 
@@ -89,6 +89,16 @@ def plan_v4(device: int, kernel, experts: int, per_expert: int, tile_elems: int,
     return None
 
 
+def plan_v5(device: int, kernel, experts: int, per_expert: int, elem_bytes: int) -> tuple[int, int]:
+    """(grid, experts per chunk) for v5: one wave of resident CTAs (each loops over work items);
+    chunks of ~L2/4, so the chunk being streamed, the one being quantized and their outputs stay in L2."""
+    if PLAN_OVERRIDE is not None:
+        return PLAN_OVERRIDE
+    resident = kernel.max_active_blocks_per_sm(device, codegen_refit.CTA) * driver.multiprocessor_count(device)
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    return resident, max(1, min(experts, (l2 // 4) // max(1, per_expert * elem_bytes)))
+
+
 def _launch(w, codes, block_scales, scales):
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
     device = check_cuda_device(w)
@@ -119,6 +129,17 @@ def _launch(w, codes, block_scales, scales):
                 kernel.launch(device, (tiles, experts), (spec.launch["threads"],),
                               [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
                                i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
+        after_launch(device)
+        return
+    if spec.launch["variant"] == "v5":  # one ordinary launch, a work queue of amax and quantize tiles
+        grid, chunk = plan_v5(device, kernel, experts, n * k, w.element_size())
+        if grid < 1 or chunk < 1:
+            raise ValueError(f"refit v5 plan grid={grid}, chunk={chunk} needs both >= 1")
+        workspace = torch.zeros(2 * experts + 1, dtype=torch.int32, device=w.device)  # amax, tiles done, items
+        with nvtx.annotate("refit_weights"):
+            kernel.launch(device, (grid,), (spec.launch["threads"],),
+                          [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                           i64(n * k), i32(k), i32(chunk), i32(0), ptr(status_buffer(device))])
         after_launch(device)
         return
     if spec.launch["variant"] == "v3":  # one cooperative launch, chunks of experts pipelined

@@ -5,7 +5,9 @@ since K % 16 == 0), so one kernel per (dtype, variant) serves every expert shape
 bad values. Variants (cuda/include/trace_kernels/refit_weights.cuh): "v1" one cooperative launch
 with per-expert group barriers (measured on the H200, docs/toolchain.md), "v2" two plain launches
 (amax pass, quantize pass), "v3" one cooperative launch pipelining chunks of experts two deep,
-"v4" one cooperative launch whose tiles wait for their expert's amax in shared memory (bulk copies).
+"v4" one cooperative launch whose tiles wait for their expert's amax in shared memory (bulk copies),
+"v5" one ordinary launch taking amax and quantize tiles from a work queue that overlaps the amax
+stream of one chunk of experts with the quantize of the previous one.
 `VARIANT` is what the op launches.
 """
 
@@ -20,7 +22,7 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
-VARIANTS = ("v1", "v2", "v3", "v4")
+VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
 
 
