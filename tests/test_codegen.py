@@ -150,3 +150,19 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
         assert entry.is_valid() and entry.cubin.read_bytes()[:4] == b"\x7fELF", spec.name
         report = compiler.parse_ptxas((entry.folder / "ptxas.txt").read_text())
         assert report.registers > 0 and report.spill_stores == 0 and report.stack_frame == 0, spec.name
+
+
+def test_quantize_v4_row_limit_and_block_size_names(monkeypatch):
+    """v4 takes rows of at most 8 KB: asked for by name a wider row raises before any build; as the
+    default it falls back to v2. A non-default block size (the benchmark's sweep) is in the name."""
+    with pytest.raises(ValueError, match="v4 takes rows of at most 8192 bytes"):
+        quantize.spec("bf16", 8192, "v4")
+    monkeypatch.setattr(quantize, "VARIANT", "v4")
+    assert quantize.spec("bf16", 8192).name == quantize.spec("bf16", 8192, "v2").name
+    assert quantize.spec("f32", 2048).name == quantize.spec("f32", 2048, "v4").name
+    monkeypatch.setattr(quantize, "VARIANT", "v2")
+    default = quantize.spec("bf16", 2048)
+    monkeypatch.setattr(quantize, "MIN_CTA", 256)
+    wide = quantize.spec("bf16", 2048)
+    assert default.launch["threads"] == quantize.DEFAULT_MIN_CTA and "_cta" not in default.name
+    assert wide.launch["threads"] == 256 and wide.name == default.name.replace("_d2048", "_d2048_cta256")

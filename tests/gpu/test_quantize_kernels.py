@@ -85,6 +85,15 @@ def make_input(rows: int, d: int, dtype: torch.dtype, seed: int, device="cuda") 
     return x.to(dtype).to(device)
 
 
+def assert_quantize_outputs(r, ref: nvfp4.NVFP4Tensor) -> None:
+    """Every output of ops.quantize(x, guidance=True, dequant=True) against the reference of x."""
+    assert_same_bits(r.q.codes, ref.codes, "codes")
+    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
+    assert_same_bits(r.q.scale, ref.scale, "scale")
+    assert_same_bits(r.mantissa_bits, nvfp4.make_guidance(ref).mantissa_bits, "mantissa_bits")
+    assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,d", [(1, 16), (7, 16), (33, 64), (5, 128), (17, 768), (9, 2048), (3, 4096),
                                     (4, 8192)])
@@ -92,11 +101,7 @@ def test_quantize_bitexact(quantize_variant, dtype, rows, d):
     x = make_input(rows, d, dtype, seed=rows * 131 + d)
     r = ops.quantize(x, guidance=True, dequant=True)
     ref = nvfp4.quantize(x.cpu())
-    assert_same_bits(r.q.codes, ref.codes, "codes")
-    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
-    assert_same_bits(r.q.scale, ref.scale, "scale")
-    assert_same_bits(r.mantissa_bits, nvfp4.make_guidance(ref).mantissa_bits, "mantissa_bits")
-    assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+    assert_quantize_outputs(r, ref)
     scale_bits = ref.block_scales.view(torch.uint8)
     subnormal = ((scale_bits & 0x78) == 0) & (scale_bits != 0)
     assert rows <= 3 or d == 16 or subnormal.any(), "the input should exercise subnormal block scales"
@@ -132,22 +137,14 @@ def test_quantize_persistent_items(quantize_variant, monkeypatch, dtype, rows, d
     x = make_input(rows, d, dtype, seed=rows + d)
     r = ops.quantize(x, guidance=True, dequant=True)
     ref = nvfp4.quantize(x.cpu())
-    assert_same_bits(r.q.codes, ref.codes, "codes")
-    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
-    assert_same_bits(r.q.scale, ref.scale, "scale")
-    assert_same_bits(r.mantissa_bits, nvfp4.make_guidance(ref).mantissa_bits, "mantissa_bits")
-    assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+    assert_quantize_outputs(r, ref)
 
 
 def test_quantize_large(quantize_variant):
     x = make_input(16383, 2048, torch.bfloat16, seed=11)  # 67 MB, odd rows
     r = ops.quantize(x, guidance=True, dequant=True)
     ref = nvfp4.quantize(x)  # the reference on the GPU (divisions by device tensors: exact)
-    assert_same_bits(r.q.codes, ref.codes, "codes")
-    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
-    assert_same_bits(r.q.scale, ref.scale, "scale")
-    assert_same_bits(r.mantissa_bits, nvfp4.make_guidance(ref).mantissa_bits, "mantissa_bits")
-    assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+    assert_quantize_outputs(r, ref)
 
 
 def trainer_view(x: torch.Tensor, seed: int, eps: float = 1e-2) -> torch.Tensor:

@@ -230,6 +230,29 @@ __device__ __forceinline__ void quantize_row_blocks(const Vec8<typename Cfg::T> 
   }
 }
 
+// The thread's whole blocks b = lane + k TPR of one row ([kBlockSlots][2] half blocks, raw; zeros
+// past the row's blocks or when !row_ok). kShared: the row is in shared memory (v4), else global.
+template <class Cfg, bool kShared>
+__device__ __forceinline__ void load_row_blocks(Vec8<typename Cfg::T> (&v)[Cfg::kBlockSlots][2],
+                                                const typename Cfg::T* row_x, int lane, bool row_ok) {
+#pragma unroll
+  for (int k = 0; k < Cfg::kBlockSlots; ++k) {
+    const int b = lane + k * Cfg::TPR;
+    if (row_ok && b < Cfg::kBlocks) {
+      if constexpr (kShared) {
+        v[k][0].load_shared(row_x + b * 16);
+        v[k][1].load_shared(row_x + b * 16 + 8);
+      } else {
+        v[k][0].load(row_x + b * 16);
+        v[k][1].load(row_x + b * 16 + 8);
+      }
+    } else {
+      v[k][0].zero();
+      v[k][1].zero();
+    }
+  }
+}
+
 // v2: whole blocks per thread (see the file comment). Same outputs, bit for bit, as v1.
 template <class Cfg>
 __device__ __forceinline__ void quantize_rows_v2(const typename Cfg::T* __restrict__ x,  // [rows, D]
@@ -245,20 +268,10 @@ __device__ __forceinline__ void quantize_rows_v2(const typename Cfg::T* __restri
   const int64_t row = static_cast<int64_t>(blockIdx.x) * Cfg::kRowsPerCta + threadIdx.x / Cfg::TPR;
   const bool row_ok = row < rows;
 
-  // [kSlots][2] half blocks, raw. __ldg (L1-allocating): the second 16 bytes of each 32-byte
-  // sector come from L1, so each sector is fetched from L2 once.
+  // __ldg (L1-allocating): the second 16 bytes of each 32-byte sector come from L1, so each sector
+  // is fetched from L2 once.
   Vec8<T> v[Cfg::kBlockSlots][2];
-#pragma unroll
-  for (int k = 0; k < Cfg::kBlockSlots; ++k) {
-    const int b = lane + k * Cfg::TPR;
-    if (row_ok && b < Cfg::kBlocks) {
-      v[k][0].load(x + row * D + b * 16);
-      v[k][1].load(x + row * D + b * 16 + 8);
-    } else {
-      v[k][0].zero();
-      v[k][1].zero();
-    }
-  }
+  load_row_blocks<Cfg, false>(v, x + row * D, lane, row_ok);
   quantize_row_blocks<Cfg>(v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits, dequant, status);
 }
 
@@ -317,17 +330,7 @@ __device__ __forceinline__ void quantize_rows_v4(const typename Cfg::T* __restri
       const int64_t row = item * Cfg::kRowsPerItem + r;
       const bool row_ok = row < rows;
       Vec8<T> v[Cfg::kBlockSlots][2];
-#pragma unroll
-      for (int k = 0; k < Cfg::kBlockSlots; ++k) {
-        const int b = lane + k * Cfg::TPR;
-        if (row_ok && b < Cfg::kBlocks) {
-          v[k][0].load_shared(buf + r * D + b * 16);
-          v[k][1].load_shared(buf + r * D + b * 16 + 8);
-        } else {
-          v[k][0].zero();
-          v[k][1].zero();
-        }
-      }
+      load_row_blocks<Cfg, true>(v, buf + r * D, lane, row_ok);
       if (r + Cfg::kRowsPerWarpPass >= Cfg::kRowsPerItem) {  // the item's last pass: buffer read, refill it
         __syncwarp();
         if (lane32 == 0) fetch(item + Cfg::kStages * warps, stage);

@@ -75,6 +75,42 @@ __device__ __forceinline__ float cta_amax_of_warps(const float* warp_amax) {
   return cta_amax;
 }
 
+// amax over the CTA of every thread's amax (NaN wins), returned to every thread: a warp tree, one
+// shared slot per warp, one CTA barrier (warp_amax may be rewritten only after another barrier).
+template <class Cfg>
+__device__ __forceinline__ float cta_amax(float amax, float* warp_amax) {
+  amax = warp_amax_nan(amax);
+  if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
+  __syncthreads();
+  return cta_amax_of_warps<Cfg>(warp_amax);
+}
+
+// One CTA's part of expert e's amax into workspace[2 e] (|w| bits order like the floats, and NaN
+// bits win the max: detection for free), then one arrival on workspace[2 e + 1], released after it.
+__device__ __forceinline__ void publish_expert_amax(uint32_t* workspace, int e, float amax) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device> amax_bits(workspace[2 * e]);
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(workspace[2 * e + 1]);
+  amax_bits.fetch_max(__float_as_uint(amax) & 0x7fffffffu, cuda::memory_order_relaxed);
+  arrived.fetch_add(1u, cuda::memory_order_release);
+}
+
+// Waits until an arrival count reaches target (acquire). Bounded: after ~2 s it traps (a launch
+// error instead of a hang), which only broken co-residency or claim order could cause.
+__device__ __forceinline__ void wait_for_arrivals(uint32_t& count, uint32_t target) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(count);
+  uint32_t spins = 0;
+  while (arrived.load(cuda::memory_order_acquire) < target) {
+    __nanosleep(128);
+    if (++spins > (1u << 24)) __trap();
+  }
+}
+
+// Expert e's finished amax (after wait_for_arrivals on its count).
+__device__ __forceinline__ float expert_amax_of(uint32_t* workspace, int e) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device> amax_bits(workspace[2 * e]);
+  return __uint_as_float(amax_bits.load(cuda::memory_order_relaxed));
+}
+
 template <class Cfg>
 __device__ __forceinline__ void refit_weights(const typename Cfg::T* __restrict__ w,  // [E, N, K]
                                               uint8_t* __restrict__ codes,            // [E, N, K/2]
@@ -84,9 +120,6 @@ __device__ __forceinline__ void refit_weights(const typename Cfg::T* __restrict_
                                               int experts, int64_t per_expert,        // N * K
                                               int k_dim, int ctas_per_group, uint32_t* __restrict__ status) {
   using T = typename Cfg::T;
-  using cuda::memory_order_acquire;
-  using cuda::memory_order_relaxed;
-  using cuda::memory_order_release;
   __shared__ float warp_amax[Cfg::CTA / 32];
   __shared__ float expert_amax_shared;
 
@@ -109,18 +142,11 @@ __device__ __forceinline__ void refit_weights(const typename Cfg::T* __restrict_
       for (int k = 0; k < Cfg::kSlots; ++k) amax = nvfp4::fmax_nan(amax, v[k].abs_max());
       last_tile = t;
     }
-    amax = warp_amax_nan(amax);
-    if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
-    __syncthreads();
+    amax = cta_amax<Cfg>(amax, warp_amax);
     if (threadIdx.x == 0) {
-      const float cta_amax = cta_amax_of_warps<Cfg>(warp_amax);
-      // |w| as bits orders like the float, and NaN (> 0x7f800000) wins the max: detection for free.
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_device> amax_bits(workspace[2 * e]);
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(workspace[2 * e + 1]);
-      amax_bits.fetch_max(__float_as_uint(cta_amax) & 0x7fffffffu, memory_order_relaxed);
-      arrived.fetch_add(1u, memory_order_release);
-      while (arrived.load(memory_order_acquire) < static_cast<uint32_t>(ctas_per_group)) __nanosleep(64);
-      expert_amax_shared = __uint_as_float(amax_bits.load(memory_order_relaxed));
+      publish_expert_amax(workspace, e, amax);
+      wait_for_arrivals(workspace[2 * e + 1], static_cast<uint32_t>(ctas_per_group));
+      expert_amax_shared = expert_amax_of(workspace, e);
     }
     __syncthreads();
     const float expert_amax = expert_amax_shared;
@@ -175,13 +201,8 @@ __device__ __forceinline__ void refit_amax_v2(const typename Cfg::T* __restrict_
   float amax = 0.f;
 #pragma unroll
   for (int k = 0; k < Cfg::kSlots; ++k) amax = nvfp4::fmax_nan(amax, v[k].abs_max());
-  amax = warp_amax_nan(amax);
-  if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const float cta_amax = cta_amax_of_warps<Cfg>(warp_amax);
-    atomicMax(workspace + 2 * e, __float_as_uint(cta_amax) & 0x7fffffffu);
-  }
+  amax = cta_amax<Cfg>(amax, warp_amax);
+  if (threadIdx.x == 0) atomicMax(workspace + 2 * e, __float_as_uint(amax) & 0x7fffffffu);
 }
 
 // One tile (CTA * kQuantizeBlocks whole blocks, the same elements as load_tile's tile) of expert e,
@@ -274,7 +295,6 @@ __device__ __forceinline__ void refit_pipelined_v3(const typename Cfg::T* __rest
                                                    uint8_t* __restrict__ block_scales, float* __restrict__ scales,
                                                    uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
                                                    int k_dim, int chunk_experts, uint32_t* __restrict__ status) {
-  using cuda::memory_order_acquire;
   using cuda::memory_order_release;
   constexpr int kLag = 2;  // quantize chunk c - kLag while streaming chunk c
   const int64_t tiles_per_expert = (per_expert / 8 + Cfg::kTileHalfBlocks - 1) / Cfg::kTileHalfBlocks;
@@ -306,14 +326,7 @@ __device__ __forceinline__ void refit_pipelined_v3(const typename Cfg::T* __rest
     }
     const int q = c - kLag;
     if (q >= 0) {  // quantize chunk q = c - kLag once every CTA has contributed its amax
-      if (threadIdx.x == 0) {
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(workspace[2 * q + 1]);
-        uint32_t spins = 0;
-        while (arrived.load(memory_order_acquire) < ctas) {
-          __nanosleep(128);
-          if (++spins > (1u << 24)) __trap();
-        }
-      }
+      if (threadIdx.x == 0) wait_for_arrivals(workspace[2 * q + 1], ctas);
       __syncthreads();
       const int e0 = q * chunk_experts;
       const int64_t tiles = static_cast<int64_t>(min(chunk_experts, experts - e0)) * tiles_per_expert;

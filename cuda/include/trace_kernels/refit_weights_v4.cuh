@@ -38,10 +38,7 @@ __device__ __forceinline__ float refit_tile_amax_v4(const typename Cfg::T* tile,
     hi.load_shared(tile + b * 16 + 8);
     amax = nvfp4::fmax_nan(amax, nvfp4::fmax_nan(lo.abs_max(), hi.abs_max()));
   }
-  amax = warp_amax_nan(amax);
-  if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = cta_amax_of_warps<Cfg>(warp_amax);
+  amax = cta_amax<Cfg>(amax, warp_amax);
   __syncthreads();  // warp_amax is rewritten by the next tile
   return amax;
 }
@@ -95,9 +92,6 @@ __device__ __forceinline__ void refit_smem_pipelined_v4(const typename Cfg::T* _
                                                         int64_t per_expert, int k_dim, int lag, int stages,
                                                         uint32_t* __restrict__ status) {
   using T = typename Cfg::T;
-  using cuda::memory_order_acquire;
-  using cuda::memory_order_relaxed;
-  using cuda::memory_order_release;
   extern __shared__ __align__(128) unsigned char smem[];
   T* ring = reinterpret_cast<T*>(smem);                                                    // [stages][kTileElems]
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + stages * Cfg::kTileElems * sizeof(T));  // [stages]
@@ -137,27 +131,15 @@ __device__ __forceinline__ void refit_smem_pipelined_v4(const typename Cfg::T* _
       const T* buf = ring + static_cast<int64_t>(j % stages) * Cfg::kTileElems;
       bulk::mbar_wait(&full[j % stages], static_cast<uint32_t>(j / stages) & 1u);
       const float amax = refit_tile_amax_v4<Cfg>(buf, tile_elems(t) / 16, warp_amax);
-      if (threadIdx.x == 0) {
-        // |w| as bits orders like the float, and NaN (> 0x7f800000) wins the max: detection for free
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> amax_bits(workspace[2 * e]);
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(workspace[2 * e + 1]);
-        amax_bits.fetch_max(__float_as_uint(amax) & 0x7fffffffu, memory_order_relaxed);
-        arrived.fetch_add(1u, memory_order_release);
-      }
+      if (threadIdx.x == 0) publish_expert_amax(workspace, e, amax);
     }
     const int64_t q = j - lag;
     if (q >= 0 && q < steps) {  // 2. quantize tile q once its expert is complete
       const int64_t t = tile_of(q);
       const int e = static_cast<int>(t / tiles_per_expert);
       if (threadIdx.x == 0) {
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> amax_bits(workspace[2 * e]);
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(workspace[2 * e + 1]);
-        uint32_t spins = 0;
-        while (arrived.load(memory_order_acquire) < static_cast<uint32_t>(tiles_per_expert)) {
-          __nanosleep(128);
-          if (++spins > (1u << 24)) __trap();
-        }
-        expert_amax_shared = __uint_as_float(amax_bits.load(memory_order_relaxed));
+        wait_for_arrivals(workspace[2 * e + 1], static_cast<uint32_t>(tiles_per_expert));
+        expert_amax_shared = expert_amax_of(workspace, e);
       }
       __syncthreads();
       const float expert_amax = expert_amax_shared;

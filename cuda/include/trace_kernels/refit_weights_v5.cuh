@@ -50,9 +50,6 @@ __device__ __forceinline__ void refit_work_queue_v5(const typename Cfg::T* __res
                                                     uint32_t* __restrict__ workspace, int experts,
                                                     int64_t per_expert, int k_dim, int chunk_experts,
                                                     uint32_t* __restrict__ status) {
-  using cuda::memory_order_acquire;
-  using cuda::memory_order_relaxed;
-  using cuda::memory_order_release;
   __shared__ float warp_amax[Cfg::CTA / 32];
   __shared__ RefitItemV5 item_shared;
   __shared__ float expert_amax_shared;
@@ -76,26 +73,12 @@ __device__ __forceinline__ void refit_work_queue_v5(const typename Cfg::T* __res
       float amax = 0.f;
 #pragma unroll
       for (int k = 0; k < Cfg::kSlots; ++k) amax = nvfp4::fmax_nan(amax, v[k].abs_max());
-      amax = warp_amax_nan(amax);
-      if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        // |w| as bits orders like the float, and NaN (> 0x7f800000) wins the max: detection for free
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> amax_bits(workspace[2 * e]);
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> done(workspace[2 * e + 1]);
-        amax_bits.fetch_max(__float_as_uint(cta_amax_of_warps<Cfg>(warp_amax)) & 0x7fffffffu, memory_order_relaxed);
-        done.fetch_add(1u, memory_order_release);
-      }
+      amax = cta_amax<Cfg>(amax, warp_amax);
+      if (threadIdx.x == 0) publish_expert_amax(workspace, e, amax);
     } else {  // quantize one tile once its expert's amax is complete
       if (threadIdx.x == 0) {
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> amax_bits(workspace[2 * e]);
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device> done(workspace[2 * e + 1]);
-        uint32_t spins = 0;
-        while (done.load(memory_order_acquire) < static_cast<uint32_t>(tiles_per_expert)) {
-          __nanosleep(128);
-          if (++spins > (1u << 24)) __trap();
-        }
-        expert_amax_shared = __uint_as_float(amax_bits.load(memory_order_relaxed));
+        wait_for_arrivals(workspace[2 * e + 1], static_cast<uint32_t>(tiles_per_expert));
+        expert_amax_shared = expert_amax_of(workspace, e);
       }
       __syncthreads();
       refit_quantize_tile<Cfg, true>(w, codes, block_scales, scales, expert_amax_shared, e, item.tile, per_expert,

@@ -12,7 +12,7 @@ import torch
 from trace_kernels import nvfp4, nvtx
 from trace_kernels.codegen.ops import refit_weights as codegen_refit
 from trace_kernels.ops._common import (KERNEL_DTYPES, after_launch, check_cuda_device, check_tensor,
-                                       status_buffer)
+                                       resident_ctas, status_buffer)
 from trace_kernels.runtime import driver
 
 
@@ -83,8 +83,7 @@ def plan_v4(device: int, kernel, experts: int, per_expert: int, tile_elems: int,
         if smem > limit:
             continue
         kernel.allow_dynamic_smem(device, smem)
-        resident = kernel.max_active_blocks_per_sm(device, codegen_refit.CTA, smem) * sms
-        if grid <= resident:
+        if grid <= resident_ctas(kernel, device, codegen_refit.CTA, smem):
             return grid, lag, stages, smem
     return None
 
@@ -94,9 +93,9 @@ def plan_v5(device: int, kernel, experts: int, per_expert: int, elem_bytes: int)
     chunks of ~L2/4, so the chunk being streamed, the one being quantized and their outputs stay in L2."""
     if PLAN_OVERRIDE is not None:
         return PLAN_OVERRIDE
-    resident = kernel.max_active_blocks_per_sm(device, codegen_refit.CTA) * driver.multiprocessor_count(device)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    return resident, max(1, min(experts, (l2 // 4) // max(1, per_expert * elem_bytes)))
+    return (resident_ctas(kernel, device, codegen_refit.CTA),
+            max(1, min(experts, (l2 // 4) // max(1, per_expert * elem_bytes))))
 
 
 def _launch(w, codes, block_scales, scales):
