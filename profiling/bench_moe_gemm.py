@@ -40,13 +40,14 @@ from trace_kernels.testing.provenance import git_commit, utc_now
 
 
 def random_packed_weights(e: int, n: int, k: int, gen: torch.Generator) -> MoEWeights:
-    """Random NVFP4 bytes (speed does not depend on values; never all-zero): codes uniform, scales 1..448."""
+    """Random packed NVFP4 bytes (speed does not depend on values): encoded codes uniform, encoded
+    block scales uniform over the nonzero E4M3 scales 2^-9..448 (moe_encoding: bytes 0x68..0xF6)."""
     codes = torch.randint(0, 256, (e, n // 64, k // 64, CODE_RECORD_BYTES), dtype=torch.uint8, device="cuda",
                           generator=gen)
-    scales = torch.randint(0x08, 0x7E, (e, n // 64, k // 64, SCALE_RECORD_BYTES), dtype=torch.uint8, device="cuda",
+    scales = torch.randint(0x68, 0xF7, (e, n // 64, k // 64, SCALE_RECORD_BYTES), dtype=torch.uint8, device="cuda",
                            generator=gen)
     scale = torch.rand(e, device="cuda", generator=gen) * 1e-4 + 1e-5
-    return MoEWeights(codes, scales.view(torch.float8_e4m3fn), scale)
+    return MoEWeights(codes, scales, scale)
 
 
 class Timer:
@@ -104,7 +105,7 @@ def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) 
 def tile_label(tile) -> str:
     knobs = f"{tile.variant}_tn{tile.tile_tokens}_st{tile.stages}_mb{tile.min_blocks}_wg{tile.warpgroups}"
     if tile.variant == "ws":
-        knobs += f"_cps{tile.chunks_per_stage}_ov{int(tile.overlap)}_lut{32 if tile.lut32 else 1}"
+        knobs += f"_cps{tile.chunks_per_stage}_ov{int(tile.overlap)}"
         knobs += f"_mt{tile.m_tiles}" if tile.m_tiles > 1 else ""
         return knobs + ("_ae1" if getattr(tile, "async_epilogue", False) else "")
     return knobs + f"_pf{int(tile.proxy_fence)}_ov{int(tile.overlap)}"
@@ -239,7 +240,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="profiling/results/moe_gemm_h200.json")
     parser.add_argument("--sweep-tiles", default="", help="shapes whose T also run every v1 table tile")
     parser.add_argument("--variants", default="v1,ws", help="kernel variants to time (codegen TILE_TABLES keys)")
-    parser.add_argument("--extra-tokens", default="", help="T values (first shape only) that also time EXTRA_TILES")
+    parser.add_argument("--extra-tokens", default="", help="T values that also time EXTRA_TILES (every shape)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
@@ -250,10 +251,10 @@ def main(argv=None) -> int:
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s (read + write)", flush=True)
     results = []
     extra = tuple(int(t) for t in args.extra_tokens.split(",") if t)
-    for n, name in enumerate(args.shapes.split(",")):
+    for name in args.shapes.split(","):
         results += bench_shape(shapes.resolve(name), [int(t) for t in args.tokens.split(",")], timer, bw, gen,
                                name in args.sweep_tiles.split(","), args.variants.split(","),
-                               extra if n == 0 else ())
+                               extra)
         with open(args.out + ".partial", "w") as f:  # survive a time-out of the next shape
             json.dump(results, f, indent=1)
         torch.cuda.empty_cache()

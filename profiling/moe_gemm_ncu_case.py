@@ -12,6 +12,7 @@ import torch
 
 from bench_moe_gemm import random_packed_weights  # profiling/ is the script's folder
 from trace_kernels import moe_gemm as ops, shapes
+from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import random_topk
 
@@ -22,6 +23,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--variant", default=None, help="kernel variant (codegen TILE_TABLES key; default: DEFAULT_VARIANT)")
+    parser.add_argument("--extra", type=int, default=None, help="use codegen EXTRA_TILES[EXTRA] instead of the table")
     args = parser.parse_args()
     s = shapes.resolve(args.shape)
     e, h, i, k, t = s.experts, s.hidden, s.intermediate, s.top_k, args.tokens
@@ -31,7 +33,7 @@ def main() -> int:
                     torch.softmax(torch.randn(t, k, device="cuda", generator=gen), 1))
     x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
     s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
-    tile = ops.tile_for_rows(routing.num_rows, e, args.variant)
+    tile = ops.tile_for_rows(routing.num_rows, e, args.variant) if args.extra is None else EXTRA_TILES[args.extra]
     for _ in range(args.repeat):
         up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
                              tile=tile)

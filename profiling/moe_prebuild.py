@@ -1,7 +1,7 @@
 """Compile the MoE GEMM kernels of the given presets into the JIT cache, in parallel; print ptxas.
 
-Also builds the off-table tilings that tests/gpu/test_moe_gemm.py exercises (EXTRA_TILES) for the
-presets the tests use (tiny, qwen3-30b-a3b), so the tests do not compile one by one. Both variants'
+Also builds the off-table tilings (EXTRA_TILES) that tests/gpu/test_moe_gemm.py exercises and the
+benchmark's --extra-tokens times, for every preset given, so neither compiles one by one. Both variants'
 table kernels come from specs_for_shape(shape, every variant). Usage: moe_prebuild.py [--jobs N] PRESET...
 """
 
@@ -25,11 +25,10 @@ def main() -> int:
         shape = shapes.resolve(name)
         for spec in codegen.specs_for_shape(shape, tuple(codegen.TILE_TABLES)):
             specs[spec.name] = spec
-        if name in ("tiny", "qwen3-30b-a3b"):  # the GPU tests' shapes
-            for tile in EXTRA_TILES:
-                for kind in codegen.KINDS:
-                    spec = codegen.gemm_spec(shape, kind, tile)
-                    specs[spec.name] = spec
+        for tile in EXTRA_TILES:
+            for kind in codegen.KINDS:
+                spec = codegen.gemm_spec(shape, kind, tile)
+                specs[spec.name] = spec
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         entries = list(pool.map(jit.build, specs.values()))

@@ -43,7 +43,12 @@ for a, t in ins:
 if best:
     body = [t for a, t in ins if best[0] <= a <= best[1]]
     n = sum("HGMMA" in t for t in body)
-    print(f"loop={len(body)} k16={n} per_k16={len(body) / max(n, 1):.1f}")
+    ops = {}
+    for t in body:
+        op = re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0]
+        ops[op] = ops.get(op, 0) + 1
+    top = " ".join(f"{k}:{v / max(n, 1):.2g}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:10])
+    print(f"loop={len(body)} k16={n} per_k16={len(body) / max(n, 1):.1f} [{top}]")
 EOF
 )
     echo "$(basename $c): HGMMA=$(grep -c HGMMA /tmp/k.sass) LDL=$(grep -c 'LDL' /tmp/k.sass) STL=$(grep -c 'STL' /tmp/k.sass) MEMBAR=$(grep -c MEMBAR /tmp/k.sass) SETMAXREG=$(grep -c SETMAXREG /tmp/k.sass) $loop"
@@ -86,6 +91,7 @@ rm -f "$OUT/moe_gemm_h200.json.partial"
 { for c in "64 ws" "16384 ws" "64 v1"; do set -- $c; [[ ",$VARIANTS," == *",$2,"* ]] || continue; step "ncu T=$1 $2"
     timeout $(budget 45 0) ncu --clock-control none --kernel-name regex:moe_gemm_ --launch-skip 2 --launch-count 2 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+      --section ComputeWorkloadAnalysis --section SchedulerStats --section InstructionStats \
       $PY profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens $1 --variant $2
   done; } > "$OUT/ncu.log" 2>&1
 
@@ -93,5 +99,5 @@ step summary
 grep -E "SETMAXREG|built|exit" "$OUT/build.log" | grep -E "tn8_|tn128|built|exit" | head -24
 grep -E "OK|FAIL|TN=" "$OUT/smoke.log"; tail -12 "$OUT/pytest.log"
 grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log"
-grep -E "ncu T=|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)" "$OUT/ncu.log" | head -30
+grep -E "ncu T=|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Issued Warp Per Scheduler|Warp Cycles Per Issued" "$OUT/ncu.log" | head -40
 tail -14 "$OUT/bench.log"

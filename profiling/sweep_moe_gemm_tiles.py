@@ -27,13 +27,13 @@ from trace_kernels.moe_testing import random_topk
 def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
     out = []
     keys = ("variant", "tile_tokens", "stages", "min_blocks", "warpgroups", "proxy_fence", "overlap",
-            "chunks_per_stage", "lut32")
-    for variant, tn, st, mb, wg, pf, ov, cps, lut in itertools.product(*(grid[k] for k in keys)):
-        if variant == "v1" and (cps != 1 or lut):  # ws-only knobs
+            "chunks_per_stage")
+    for variant, tn, st, mb, wg, pf, ov, cps in itertools.product(*(grid[k] for k in keys)):
+        if variant == "v1" and cps != 1:  # ws-only knob
             continue
         if variant == "ws" and not pf:  # v1-only knob
             continue
-        tile = codegen.TileConfig(tn, st, mb, wg, bool(pf), bool(ov), variant, cps, bool(lut))
+        tile = codegen.TileConfig(tn, st, mb, wg, bool(pf), bool(ov), variant, cps)
         if ov and variant == "v1" and st < 3:
             continue
         if (codegen.smem_bytes(tile, wg, experts) + 1024) * mb <= 228 * 1024:  # min_blocks CTAs must fit an SM
@@ -51,9 +51,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warpgroups", default="1,2")
     parser.add_argument("--proxy-fence", default="1", help="1,0 also tries the kernels without fence.proxy.async")
     parser.add_argument("--overlap", default="0,1", help="0: wgmma.wait 0 per chunk; 1: overlapped main loop")
-    parser.add_argument("--variant", default="v1", help="v1,ws: kernel variants (ws adds the two knobs below)")
+    parser.add_argument("--variant", default="v1", help="v1,ws: kernel variants (ws adds the knob below)")
     parser.add_argument("--chunks-per-stage", default="1", help="ws: K chunks of 64 per ring stage (1,2)")
-    parser.add_argument("--lut32", default="0", help="ws: 1 = per-lane replicated code table")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
     args = parser.parse_args(argv)
@@ -61,8 +60,7 @@ def main(argv=None) -> int:
     ints = lambda text: tuple(int(v) for v in text.split(","))  # noqa: E731
     grid = {"tile_tokens": ints(args.tile_tokens), "stages": ints(args.stages), "min_blocks": ints(args.min_blocks),
             "warpgroups": ints(args.warpgroups), "proxy_fence": ints(args.proxy_fence), "overlap": ints(args.overlap),
-            "variant": tuple(args.variant.split(",")), "chunks_per_stage": ints(args.chunks_per_stage),
-            "lut32": ints(args.lut32)}
+            "variant": tuple(args.variant.split(",")), "chunks_per_stage": ints(args.chunks_per_stage)}
     tiles = []
     for t in candidates(grid, shape.experts):
         try:  # e.g. chunks_per_stage=2 or overlap needs K multiples that a shape may not have

@@ -1,12 +1,15 @@
 """CPU tests of the NVFP4 MoE GEMM reference, the weight layout, routing and input validation."""
 
+import re
+
 import pytest
 import torch
 
+from trace_kernels import moe_encoding as Enc
 from trace_kernels import moe_gemm_ref as G
 from trace_kernels import moe_layout as L
 from trace_kernels import moe_routing as R
-from trace_kernels import nvfp4
+from trace_kernels import nvfp4, paths
 from trace_kernels.moe_testing import make_problem
 
 E, H, I, K_TOP, T = 4, 128, 64, 2, 9
@@ -28,40 +31,105 @@ def _dequant64(w: L.MoEWeights) -> torch.Tensor:
 def test_pack_unpack_roundtrip():
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(0, 256, (2, 128, 64), dtype=torch.uint8, generator=gen)  # [E, N, K/2]
-    scales = torch.randint(0, 120, (2, 128, 8), dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+    scales = torch.randint(1, 127, (2, 128, 8), dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
     w = L.pack_weights(codes, scales, torch.rand(2))
+    assert w.block_scales.dtype == torch.uint8
     c, s, _ = L.unpack_weights(w)
     assert torch.equal(c, codes) and torch.equal(s.view(torch.uint8), scales.view(torch.uint8))
+
+
+def test_zero_scale_blocks_pack_zero_codes_and_bad_scales_raise():
+    gen = torch.Generator().manual_seed(3)
+    codes = torch.randint(1, 256, (1, 64, 32), dtype=torch.uint8, generator=gen)  # never all-zero bytes
+    scales = torch.randint(1, 127, (1, 64, 4), dtype=torch.uint8, generator=gen)
+    scales[0, 5, 2] = 0x00
+    scales[0, 9, 0] = 0x80  # -0
+    c, s, _ = L.unpack_weights(L.pack_weights(codes, scales.view(torch.float8_e4m3fn), torch.ones(1)))
+    assert torch.equal(c[0, 5, 16:24], torch.zeros(8, dtype=torch.uint8)) and c[0, 9, :8].eq(0).all()
+    keep = torch.ones_like(c, dtype=torch.bool)
+    keep[0, 5, 16:24] = False
+    keep[0, 9, :8] = False
+    assert torch.equal(c[keep], codes[keep]) and int(s.view(torch.uint8)[0, 9, 0]) == 0
+    for bad in (0xB8, 0x7F):  # -1.0, NaN
+        scales[0, 1, 1] = bad
+        with pytest.raises(ValueError, match="non-negative and finite"):
+            L.pack_weights(codes, scales.view(torch.float8_e4m3fn), torch.ones(1))
 
 
 def test_pack_in_place_keeps_addresses():
     w = torch.randn(2, 128, 128)
     packed = L.quantize_weights(w)
-    dst = L.MoEWeights(torch.zeros_like(packed.codes), torch.zeros_like(packed.block_scales.view(torch.uint8)).view(
-        torch.float8_e4m3fn), torch.zeros_like(packed.scale))
+    dst = L.empty_weights(2, 128, 128)
     ptrs = (dst.codes.data_ptr(), dst.block_scales.data_ptr(), dst.scale.data_ptr())
     L.pack_weights_(dst, *L.unpack_weights(packed))
     assert ptrs == (dst.codes.data_ptr(), dst.block_scales.data_ptr(), dst.scale.data_ptr())
     assert torch.equal(dst.codes, packed.codes) and torch.equal(dst.scale, packed.scale)
-    assert torch.equal(dst.block_scales.view(torch.uint8), packed.block_scales.view(torch.uint8))
+    assert torch.equal(dst.block_scales, packed.block_scales)
 
 
-def test_packed_bytes_are_the_wgmma_fragments():
-    """Thread i = 32w + 4g + q, k16 step j: bytes 4j..4j+3 = a0..a3 (rows r, r+8; k, k+8)."""
+def test_packed_words_decode_to_the_wgmma_fragments():
+    """Thread i = 32w + 4g + q, k16 step j: the decoded word j = bytes a0..a3 (rows r, r+8; k, k+8)."""
     gen = torch.Generator().manual_seed(1)
     codes = torch.randint(0, 256, (1, 128, 64), dtype=torch.uint8, generator=gen)
-    scales = torch.randint(0, 120, (1, 128, 8), dtype=torch.uint8, generator=gen)
+    scales = torch.randint(1, 120, (1, 128, 8), dtype=torch.uint8, generator=gen)
     w = L.pack_weights(codes, scales.view(torch.float8_e4m3fn), torch.ones(1))
-    packed, packed_scales = w.codes, w.block_scales.view(torch.uint8)
+    words = Enc.decode_code_words(w.codes.reshape(1, 2, 2, 512, 4))  # [E, t, c, thread * 4 + j, byte]
+    packed_scales = Enc.decode_scales(w.block_scales).view(torch.uint8)
     for t, c, w_, g, q, j in [(0, 0, 0, 0, 0, 0), (1, 1, 3, 7, 3, 3), (0, 1, 2, 5, 1, 2), (1, 0, 1, 3, 2, 1)]:
         thread = 32 * w_ + 4 * g + q
         r = 64 * t + 16 * w_ + g
         k = 64 * c + 16 * j + 2 * q
-        got = packed[0, t, c, 16 * thread + 4 * j: 16 * thread + 4 * j + 4].tolist()
+        got = words[0, t, c, 4 * thread + j].tolist()
         want = [codes[0, r, k // 2], codes[0, r + 8, k // 2], codes[0, r, (k + 8) // 2], codes[0, r + 8, (k + 8) // 2]]
         assert got == [int(v) for v in want]
         sc = packed_scales[0, t, c, 64 * w_ + 8 * g + 2 * j: 64 * w_ + 8 * g + 2 * j + 2].tolist()
         assert sc == [int(scales[0, r, 4 * c + j]), int(scales[0, r + 8, 4 * c + j])]
+
+
+def _kernel_registers(q: torch.Tensor) -> torch.Tensor:
+    """moe_dequant.cuh's rotate + LOP3 on int64 words [...] -> registers [..., 4] (vectorized)."""
+    regs = []
+    for s, x in zip(Enc.ROTATIONS, Enc.XOR_SELF):
+        rot = ((q << s) | (q >> (32 - s))) & 0xFFFFFFFF
+        regs.append(((rot ^ q) if x else rot) & Enc.FIELD_MASK)
+    return torch.stack(regs, dim=-1)
+
+
+def _bf16_halves(bits: torch.Tensor) -> torch.Tensor:
+    """int64 BF16x2 bit patterns [...] -> float32 [..., 2] (low half first)."""
+    halves = torch.stack((bits & 0xFFFF, bits >> 16), dim=-1)
+    return (halves.to(torch.int32) << 16).view(torch.float32)
+
+
+def test_kernel_dequant_arithmetic_is_exact():
+    """Every code x every E4M3 scale: the BF16 the kernel's bit operations form, times the scale BF16 it
+    forms, is value(code) * scale * 2^-7 exactly, and that product is a BF16 (so HMUL2 is exact)."""
+    nibbles = torch.arange(16, dtype=torch.int64)
+    pairs = (nibbles.view(16, 1) | (nibbles.view(1, 16) << 4)).flatten()  # all 256 code bytes
+    words = torch.stack([pairs, pairs.roll(1), pairs.roll(7), pairs.roll(100)], dim=-1).to(torch.uint8)  # [256, 4]
+    q = Enc.encode_code_words(words).view(torch.int32).to(torch.int64).squeeze(-1) & 0xFFFFFFFF  # [256]
+    values = _bf16_halves(_kernel_registers(q))  # [256, 4 registers, 2 halves]
+    want = nvfp4._code_values(torch.stack([words & 15, words >> 4], dim=-1))  # [256, 4, 2]
+    assert torch.equal(values * 2.0**126, want)  # value * 2^-126: +-0.5 is the BF16 subnormal 2^-127
+    scales = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn)  # every non-negative E4M3
+    s_kernel = Enc.kernel_scale_bf16(Enc.encode_scales(scales))  # [127]
+    nonzero = scales.to(torch.float32) > 0
+    assert torch.equal(s_kernel[nonzero], scales.to(torch.float32)[nonzero] * 2.0**119)
+    product = values.reshape(-1, 1) * s_kernel.view(1, -1)  # float32: exact (<= 6 significant bits)
+    exact = want.reshape(-1, 1) * scales.to(torch.float32).view(1, -1) / Enc.WEIGHT_SCALE_FOLD
+    assert torch.equal(product[:, nonzero], exact[:, nonzero])
+    assert torch.equal(product.to(torch.bfloat16).to(torch.float32), product)
+    assert torch.equal(Enc.decode_scales(Enc.encode_scales(scales)).view(torch.uint8), scales.view(torch.uint8))
+
+
+def test_device_dequant_constants_match_the_encoding():
+    header = (paths.include_dir() / "trace_kernels" / "moe_dequant.cuh").read_text()
+    rotations = re.search(r"kRot0 = (\d+), kRot1 = (\d+), kRot2 = (\d+), kRot3 = (\d+);", header).groups()
+    assert tuple(int(r) for r in rotations) == Enc.ROTATIONS
+    assert f"kFieldMask = 0x{Enc.FIELD_MASK:08X}u" in header
+    assert f"kScaleBias = 0x{Enc.SCALE_BIAS:04X}{Enc.SCALE_BIAS:04X}u" in header
+    assert f"kWeightScaleFold = {Enc.WEIGHT_SCALE_FOLD:.1f}f" in header
+    assert "(q ^ rotl(q, kRot2))" in header and "(q ^ rotl(q, kRot3))" in header and Enc.XOR_SELF == (False, False, True, True)
 
 
 def test_quantize_weights_is_per_expert_tensor_scale():

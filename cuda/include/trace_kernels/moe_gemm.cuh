@@ -8,9 +8,10 @@
 // Structure of one CTA (NWG consumer warpgroups, every thread also issues cp.async loads):
 //   * one work item = (token tile of TN sorted rows of one expert, 64*NWG weight rows);
 //     blockIdx.x = weight tile, blockIdx.y = global token-tile index (scanned from offsets).
-//   * weights are the wgmma M side: each warpgroup reads its 64 rows' FP4 codes + E4M3 scales
-//     (fragment-ordered, moe_layout.py) from shared memory, dequantizes exactly to BF16 in
-//     registers (E2M1 x E4M3 is exact in BF16; one 16-wide scale block = one k16 step) and issues
+//   * weights are the wgmma M side: each warpgroup reads its 64 rows' FP4 codes + block scales
+//     (fragment-ordered and encoded, moe_layout.py) from shared memory, dequantizes exactly to BF16
+//     in registers (moe_dequant.cuh: value * scale * 2^-7, folded back into the row scale; one
+//     16-wide scale block = one k16 step) and issues
 //     wgmma.m64nTNk16 with A from registers and B = the gathered activation rows (K-major,
 //     128B-swizzled) in shared memory; tokens are the wgmma N dimension.
 //   * a STAGES-deep cp.async ring over K chunks of 64.
@@ -30,6 +31,7 @@
 #include <cute/atom/mma_atom.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
+#include "trace_kernels/moe_dequant.cuh"
 #include "trace_kernels/moe_nvfp4_row.cuh"
 
 namespace trace_kernels::moe {
@@ -42,8 +44,8 @@ struct MoEGemmParams {
   const __nv_bfloat16* a;      // [rows_a, K] activations (gathered through row_index)
   const int32_t* row_index;    // [M] source row of each sorted row, or nullptr (identity)
   const float* row_scale;      // [rows_a] activation row scale s_a (gathered like a), or nullptr (W4A16: 1)
-  const uint8_t* w_codes;      // [E, N/64, K/64, 2048] fragment-ordered FP4 codes
-  const uint8_t* w_scales;     // [E, N/64, K/64, 256] fragment-ordered E4M3 block scales
+  const uint8_t* w_codes;      // [E, N/64, K/64, 2048] fragment-ordered, encoded FP4 codes
+  const uint8_t* w_scales;     // [E, N/64, K/64, 256] fragment-ordered, encoded block scales
   const float* w_scale;        // [E] per-expert tensor scale
   const int32_t* offsets;      // [E+1] sorted rows of expert e: offsets[e]..offsets[e+1]
   int64_t num_rows;            // M
@@ -91,10 +93,8 @@ struct MoESmem {
   static constexpr int kB = 0;                                       // 1024-aligned (SW128)
   static constexpr int kCodes = kB + STAGES * kBStage;
   static constexpr int kScales = kCodes + STAGES * kCodesStage;
-  static constexpr int kCodeLut = kScales + STAGES * kScalesStage;   // uint32 [256]: byte -> bf16x2 values
-  static constexpr int kScaleLut = kCodeLut + 256 * 4;               // uint32 [256]: e4m3 -> bf16x2 (dup)
-  static constexpr int kSrcRows = kScaleLut + 256 * 4;               // int32 [TN]
-  static constexpr int kTokenScale = kSrcRows + TN * 4;              // float [TN]: s_w[e] * s_a[src]
+  static constexpr int kSrcRows = kScales + STAGES * kScalesStage;   // int32 [TN]
+  static constexpr int kTokenScale = kSrcRows + TN * 4;              // float [TN]: s_w[e] * 2^7 * s_a[src]
   static constexpr int kTokenWeight = kTokenScale + TN * 4;          // float [TN]: router weight (RouterWeight)
   static constexpr int kTileStart = kTokenWeight + TN * 4;           // int32 [E+1] (sized by the caller)
   static constexpr int bytes(int num_experts) { return kTileStart + (num_experts + 1) * 4 + 16 + 1024; }
@@ -156,8 +156,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // derived pointer is shared memory (LDS, not generic LD); the shared window keeps low address bits.
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   uint8_t* smem = smem_raw + ((1024u - (smem_base & 1023u)) & 1023u);
-  uint32_t* code_lut = reinterpret_cast<uint32_t*>(smem + Smem::kCodeLut);
-  uint32_t* scale_lut = reinterpret_cast<uint32_t*>(smem + Smem::kScaleLut);
   int32_t* src_rows = reinterpret_cast<int32_t*>(smem + Smem::kSrcRows);
   float* token_scale = reinterpret_cast<float*>(smem + Smem::kTokenScale);
   float* token_weight = reinterpret_cast<float*>(smem + Smem::kTokenWeight);
@@ -168,16 +166,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const int wg = tid / 128;
   const int wt = blockIdx.x;         // weight tile
   const int y_tile = blockIdx.y;     // global token tile
-
-  // ---- lookup tables: FP4 byte -> two BF16 values; E4M3 byte -> its BF16 value twice ----
-  for (int i = tid; i < 256; i += kThreads) {
-    const float lo = nvfp4::code_value(i & 0xf), hi = nvfp4::code_value(i >> 4);
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    code_lut[i] = *reinterpret_cast<uint32_t*>(&v);
-    const float sf = nvfp4::e4m3_to_float(static_cast<uint8_t>(i));
-    __nv_bfloat162 sv = __floats2bfloat162_rn(sf, sf);  // exact: 3 mantissa bits fit BF16
-    scale_lut[i] = *reinterpret_cast<uint32_t*>(&sv);
-  }
 
   // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
   if (tid < 32) scan_expert_tiles<E, TN>(p.offsets, tile_start, tid);
@@ -190,7 +178,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const int row0 = p.offsets[expert] + (y_tile - tile_start[expert]) * TN;
   const int rows_valid = min(TN, p.offsets[expert + 1] - row0);
   {
-    const float s_w = p.w_scale[expert];
+    const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;  // A holds weights * 2^-7 (exact)
     for (int n = tid; n < TN; n += kThreads) {
       int src = -1;
       float scale = 0.0f, weight = 0.0f;
@@ -284,16 +272,11 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     const uint32_t code_words[4] = {codes.x, codes.y, codes.z, codes.w};
     auto a_u32 = recast<uint32_t>(frag_a);  // (4 regs, 1, 4)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t sw = (j < 2 ? scales.x : scales.y) >> (16 * (j & 1));  // [row r, row r+8] bytes
-      const uint32_t s_r = scale_lut[sw & 0xff], s_r8 = scale_lut[(sw >> 8) & 0xff];
+    for (int j = 0; j < 4; ++j) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
+      uint32_t regs[4];
+      dequant::dequant_step(code_words[j], dequant::scale_pair(j < 2 ? scales.x : scales.y, j), regs);
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
-        const uint32_t v = code_lut[(code_words[j] >> (8 * b)) & 0xff];
-        __nv_bfloat162 prod = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v),
-                                      *reinterpret_cast<const __nv_bfloat162*>((b & 1) ? &s_r8 : &s_r));
-        a_u32(b, 0, j) = *reinterpret_cast<uint32_t*>(&prod);
-      }
+      for (int b = 0; b < 4; ++b) a_u32(b, 0, j) = regs[b];
     }
     warpgroup_fence_operand(accum);
     warpgroup_arrive();

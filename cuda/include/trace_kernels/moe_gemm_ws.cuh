@@ -1,7 +1,7 @@
 // NVFP4 MoE grouped GEMM, warp-specialized persistent variant ("ws"; moe_gemm.cuh is "v1").
 //
 // Same semantics and the same arithmetic as moe_gemm.cuh: the A registers hold the same exact BF16
-// products value(code) * block scale, and the same wgmma.m64nTNk16 sequence runs in the same k order
+// products value(code) * block scale * 2^-7 (moe_dequant.cuh), and the same wgmma.m64nTNk16 sequence runs in the same k order
 // into the same accumulators, so every output is bitwise identical to v1's (tested).
 // What differs is how the bytes arrive and how the work is scheduled:
 //   * persistent CTAs walk the (token tile, weight tile) items item = y * XT + wt, y-major, in steps
@@ -16,9 +16,6 @@
 //   * consumer warpgroups wait on full[s], dequantize, issue wgmma, and release the stage on empty[s]
 //     once their wgmmas that read it have completed; they never wait for each other in the main
 //     loop, so one warpgroup's dequantization overlaps the other's tensor-core work;
-//   * LUT32: the byte -> bf16x2 code table is replicated once per lane (entry i of lane l at word
-//     32 i + l): every lookup is bank-conflict free (the 256-entry table of v1 serializes random
-//     lookups ~3-4 ways); block scales are converted with exact FP32 arithmetic instead of a table;
 //   * ASYNC_EPI (fused SwiGLU epilogue only): the per-item tile counter (threadfence + atomic) and the
 //     last CTA's row quantization run on the producer warpgroup's three spare warps, handed each
 //     item's h through an mbarrier, so the consumers go straight on to the next item (same stores,
@@ -55,26 +52,14 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\
 // Barrier among the three epilogue warps of ASYNC_EPI (id 2).
 __device__ __forceinline__ void epilogue_sync() { asm volatile("bar.sync 2, 96;\n" ::: "memory"); }
 
-// Exact BF16 pair (s, s) of the E4M3 scale in byte I of `word` (non-negative and not NaN, as
-// quantization writes them): its exponent and mantissa bits placed at FP32 bits 20..26 give
-// value * 2^-120 (E4M3 subnormals become FP32 subnormals; no flush-to-zero in this build), times
-// 2^120 is exact, and with 4 significant bits the FP32's high half is the exact BF16.
-__device__ __forceinline__ uint32_t e4m3_to_bf16x2(uint32_t word, int i) {  // i: unrolled constant
-  const uint32_t bits = (i < 3 ? (word << (20 - 8 * i)) : (word >> 4)) & 0x07F00000u;
-  const float f = __uint_as_float(bits) * 0x1p120f;
-  return __byte_perm(__float_as_uint(f), 0u, 0x3232);
-}
-
 }  // namespace ws
 
-// Shared-memory plan of the ws kernel (mirrored by codegen.ops.moe_gemm.smem_bytes). The tables and
-// barriers sit at fixed offsets from the start of dynamic shared memory (so table lookups address
-// [register + constant]); the ring starts at the next 1024-byte boundary (SW128 atoms).
-template <int TN, int NWG, int STAGES, int CPS, bool LUT32, int MT = 1, bool ASYNC_EPI = false>
+// Shared-memory plan of the ws kernel (mirrored by codegen.ops.moe_gemm.smem_bytes): barriers and
+// per-item tables at fixed offsets from the start of dynamic shared memory; the ring starts at the
+// next 1024-byte boundary (SW128 atoms).
+template <int TN, int NWG, int STAGES, int CPS, int MT = 1, bool ASYNC_EPI = false>
 struct MoEWsSmem {
-  static constexpr int kLut = 0;
-  static constexpr int kLutBytes = LUT32 ? 256 * 32 * 4 : 2 * 256 * 4;  // LUT32: codes only; else codes + scales
-  static constexpr int kBars = kLut + kLutBytes;  // uint64 full[STAGES], empty[STAGES], tok_free[2] (+ h_done[2], epi_free[2])
+  static constexpr int kBars = 0;  // uint64 full[STAGES], empty[STAGES], tok_free[2] (+ h_done[2], epi_free[2])
   static constexpr int kTokens = kBars + (2 * STAGES + 2 + (ASYNC_EPI ? 4 : 0)) * 8;  // float [2][2][TN]: token scale, router weight
   static constexpr int kSrcRows = kTokens + 2 * 2 * TN * 4;              // int32 [TN] (producer warp only)
   static constexpr int kFlag = kSrcRows + TN * 4;                        // int32 [4]
@@ -113,10 +98,10 @@ constexpr int consumer_regs() {
 // byte read from L2 feeds twice the MMAs; the second tile's dequantization overlaps the first's wgmmas).
 // ASYNC_EPI: the fused epilogue's counter and last-CTA quantization on the producer's spare warps.
 template <int E, int N, int K, int TN, int NWG, int STAGES, int CPS, Epilogue EPI, int SMEM_BYTES, bool OVERLAP,
-          bool LUT32, int MIN_BLOCKS, int MT = 1, bool ASYNC_EPI = false>
+          int MIN_BLOCKS, int MT = 1, bool ASYNC_EPI = false>
 __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   using namespace cute;
-  using Smem = MoEWsSmem<TN, NWG, STAGES, CPS, LUT32, MT, ASYNC_EPI>;
+  using Smem = MoEWsSmem<TN, NWG, STAGES, CPS, MT, ASYNC_EPI>;
   constexpr int kConsumers = NWG * 128;
   constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup
   constexpr int kConsumerRegs = consumer_regs<NWG, MIN_BLOCKS>();
@@ -139,7 +124,6 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   static_assert(!ASYNC_EPI || EPI == Epilogue::SwigluQuant, "ASYNC_EPI is a fused-SwiGLU-epilogue option");
 
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem_raw + Smem::kLut);
   uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem_raw + Smem::kBars);
   uint64_t* empty_bar = full_bar + STAGES;
   uint64_t* tok_free = empty_bar + STAGES;  // [2]: consumers are done with a token-scale slot
@@ -156,23 +140,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   const int tid = threadIdx.x;
   const int lane = tid % 32;
 
-  // ---- tables, tile scan, barriers (all threads, once per persistent CTA) ----
-  if constexpr (LUT32) {
-    for (int i = tid; i < 256 * 8; i += kThreads) {  // entry `byte` of lane l at word 32 * byte + l
-      const int byte = i >> 3;
-      __nv_bfloat162 v = __floats2bfloat162_rn(nvfp4::code_value(byte & 0xf), nvfp4::code_value(byte >> 4));
-      const uint32_t w = *reinterpret_cast<uint32_t*>(&v);
-      reinterpret_cast<uint4*>(lut)[i] = make_uint4(w, w, w, w);
-    }
-  } else {
-    for (int i = tid; i < 256; i += kThreads) {
-      __nv_bfloat162 v = __floats2bfloat162_rn(nvfp4::code_value(i & 0xf), nvfp4::code_value(i >> 4));
-      lut[i] = *reinterpret_cast<uint32_t*>(&v);
-      const float sf = nvfp4::e4m3_to_float(static_cast<uint8_t>(i));
-      __nv_bfloat162 sv = __floats2bfloat162_rn(sf, sf);  // v1's scale table
-      lut[256 + i] = *reinterpret_cast<uint32_t*>(&sv);
-    }
-  }
+  // ---- tile scan, barriers (all threads, once per persistent CTA) ----
   if (tid < 32) scan_expert_tiles<E, TN>(p.offsets, tile_start, tid);
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -250,14 +218,14 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
     for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++local) {
       int expert, row0, rows_valid, wt, y_tile;
       decode(item, expert, row0, rows_valid, wt, y_tile);
-      // token scales (s_w * s_a, v1's product) and router weights of this item for the consumers'
+      // token scales (s_w * 2^7 * s_a, v1's product) and router weights of this item for the consumers'
       // epilogue, in slot local & 1 once they released it; published by this lane's arrivals on the
       // item's first full barrier (release), read after their wait on it (acquire)
       const int slot = local & 1;
       ws::mbar_wait(&tok_free[slot], ((local >> 1) & 1) ^ 1);
       __syncwarp();  // every lane is done with the previous item's src_rows
       {
-        const float s_w = p.w_scale[expert];
+        const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;  // A holds weights * 2^-7 (exact)
         for (int n = lane; n < TN; n += 32) {
           int src = -1;
           float scale = 0.0f, weight = 0.0f;
@@ -328,7 +296,6 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<64 * MT>, Int<TN>>{});  // ((2,2,TN/8), MT, 1)
   static_assert(size<1>(tCrA) == MT && size<2>(tCrA) == 4 * CPS && size(accum) == MT * TN / 2,
                 "unexpected wgmma fragment shapes");
-  const uint32_t lane4 = lane * 4;  // LUT32: byte offset of this lane's copy (entry i at byte 128 i + 4 lane)
 
   // dequantize stage s (MT x CPS records of this warpgroup) into frag_a, issue its wgmmas
   auto stage_mma = [&](const int s, auto& frag_a) {
@@ -344,31 +311,11 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
                                                              rec * detail::kScaleRecord + (warp_in_wg * 8 + g) * 8);
         const uint32_t code_words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t s_r, s_r8;  // scales of rows r and r+8: bytes 2(j&1), 2(j&1)+1 of scales.x (j < 2) / .y
-          if constexpr (LUT32) {
-            const uint32_t word = j < 2 ? scales.x : scales.y;
-            s_r = ws::e4m3_to_bf16x2(word, 2 * (j & 1));
-            s_r8 = ws::e4m3_to_bf16x2(word, 2 * (j & 1) + 1);
-          } else {
-            const uint32_t sw = (j < 2 ? scales.x : scales.y) >> (16 * (j & 1));
-            s_r = lut[256 + (sw & 0xff)];
-            s_r8 = lut[256 + ((sw >> 8) & 0xff)];
-          }
+        for (int j = 0; j < 4; ++j) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
+          uint32_t regs[4];
+          dequant::dequant_step(code_words[j], dequant::scale_pair(j < 2 ? scales.x : scales.y, j), regs);
 #pragma unroll
-          for (int b = 0; b < 4; ++b) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
-            const uint32_t w = code_words[j];
-            uint32_t v;
-            if constexpr (LUT32) {  // ((byte b) * 128) | lane4 in one shift + one LOP3
-              const uint32_t off = ((b == 0 ? (w << 7) : (w >> (8 * b - 7))) & 0x7F80u) | lane4;
-              v = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint8_t*>(lut) + off);
-            } else {
-              v = lut[(w >> (8 * b)) & 0xff];
-            }
-            __nv_bfloat162 prod = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v),
-                                          *reinterpret_cast<const __nv_bfloat162*>((b & 1) ? &s_r8 : &s_r));
-            a_u32(b, mt, sub * 4 + j) = *reinterpret_cast<uint32_t*>(&prod);
-          }
+          for (int b = 0; b < 4; ++b) a_u32(b, mt, sub * 4 + j) = regs[b];
         }
       }
       // issue m tile mt now: its wgmmas run while the next m tile is dequantized

@@ -3,8 +3,8 @@
 - ``kernel_support(config, dtype)``: why the fused kernels cannot run a model (None if they can).
 - ``pack_gate_up_(dst, codes, block_scales, scale)``: natural per-expert NVFP4 of the model's
   ``w_gate_up`` [E, 2I, H] (gate rows, then up rows) -> the MoE GEMM's fragment-ordered layout
-  with the gate/up rows interleaved, in one strided copy per tensor into preallocated buffers
-  (= ``moe_layout.pack_weights(interleave_gate_up(gate, up))``, tested).
+  with the gate/up rows interleaved, into preallocated buffers (one permuting, encoding pass per
+  tensor; = ``moe_layout.pack_weights(interleave_gate_up(gate, up))``, tested).
 - ``kernel_routing(experts, weights, E)``: the GEMM's ``MoERouting`` without a host sync
   (= ``moe_routing.route``, which reads values back; tested).
 - ``GuidanceLayout``: the byte layout of one token's guidance in a step's arena, uint8
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from trace_kernels.moe_layout import CHUNK_K, TILE_ROWS, MoEWeights
+from trace_kernels.moe_layout import CHUNK_K, MoEWeights, empty_weights, store_fragments_
 from trace_kernels.moe_routing import MoERouting
 from trace_rl.model.moe import sort_by_expert
 
@@ -56,12 +56,7 @@ def kv_kernel_support(config, block_size: int, page_format: str = "nvfp4") -> st
 
 def empty_moe_weights(experts: int, n: int, k: int, device) -> MoEWeights:
     """Zeroed packed weights [E, N, K] (allocated once; refit writes into them)."""
-    t, c = n // TILE_ROWS, k // CHUNK_K
-    return MoEWeights(
-        codes=torch.zeros(experts, t, c, TILE_ROWS * CHUNK_K // 2, dtype=torch.uint8, device=device),
-        block_scales=torch.zeros(experts, t, c, TILE_ROWS * CHUNK_K // 16, dtype=torch.float8_e4m3fn,
-                                 device=device),
-        scale=torch.zeros(experts, dtype=torch.float32, device=device))
+    return empty_weights(experts, n, k, device)
 
 
 def pack_gate_up_(dst: MoEWeights, codes: Tensor, block_scales: Tensor, scale: Tensor) -> MoEWeights:
@@ -69,21 +64,9 @@ def pack_gate_up_(dst: MoEWeights, codes: Tensor, block_scales: Tensor, scale: T
     0..I-1 gate, I..2I-1 up) -> dst in the kernel layout, gate/up interleaved, in place.
 
     Interleaved row r' = 64t + 16w + 8h + g (tile t, warp w, half h, lane group g) holds natural
-    row h*I + 32t + 8w + g (h = 0 gate, 1 up): the interleave folds into pack_weights_'s permutation.
+    row h*I + 32t + 8w + g (h = 0 gate, 1 up): the interleave folds into the packing's permutation.
     """
-    e, n, half_k = codes.shape
-    dst.validate(n=n, k=2 * half_k, name="dst")
-    if dst.num_experts != e:
-        raise ValueError(f"dst {dst.num_experts} experts x N={dst.n} does not fit codes {tuple(codes.shape)}")
-    t, c = n // TILE_ROWS, 2 * half_k // CHUNK_K
-    # source dims (e, h, t, w, g, c, j, kh, q) -> kernel record (e, t, c, w, g, q, j, kh, h)
-    dst.codes.view(e, t, c, 4, 8, 4, 4, 2, 2).copy_(
-        codes.reshape(e, 2, t, 4, 8, c, 4, 2, 4).permute(0, 2, 5, 3, 4, 8, 6, 7, 1))
-    # source dims (e, h, t, w, g, c, j) -> (e, t, c, w, g, j, h)
-    dst.block_scales.view(torch.uint8).view(e, t, c, 4, 8, 4, 2).copy_(
-        block_scales.view(torch.uint8).reshape(e, 2, t, 4, 8, c, 4).permute(0, 2, 5, 3, 4, 6, 1))
-    dst.scale.copy_(scale)
-    return dst
+    return store_fragments_(dst, codes, block_scales, scale, groups=2)
 
 
 def kernel_routing(experts: Tensor, weights: Tensor, num_experts: int) -> MoERouting:

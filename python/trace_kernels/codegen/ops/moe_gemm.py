@@ -9,8 +9,9 @@ Variants (TileConfig.variant; bitwise identical outputs, tested):
   "v1"  moe_gemm.cuh: every thread loads (cp.async ring + __syncthreads per K chunk), one CTA per
         (token tile, weight tile); verified on the H200 (2026-11-29).
   "ws"  moe_gemm_ws.cuh: persistent CTAs, a producer warpgroup (cp.async.bulk weights + cp.async
-        activations on an mbarrier ring), consumer warpgroups decoupled, conflict-free LUT32;
-        verified on the H200 (2026-11-29, bitwise equal to v1).
+        activations on an mbarrier ring), consumer warpgroups decoupled; verified on the H200
+        (2026-11-29, bitwise equal to v1).
+Both dequantize the encoded weights (moe_encoding.py) with ALU operations (moe_dequant.cuh).
   "auto" (the default) a table mixing both by regime: ws for decode widths, v1 beyond (measured).
 DEFAULT_VARIANT (env TRACE_KERNELS_MOE_VARIANT: auto | v1 | ws) picks the table `tile_for_rows` uses.
 """
@@ -24,7 +25,8 @@ from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
 from trace_kernels.shapes import ModelShape
 
-HEADERS = ("trace_kernels/moe_gemm.cuh", "trace_kernels/moe_gemm_ws.cuh", "trace_kernels/moe_nvfp4_row.cuh")
+HEADERS = ("trace_kernels/moe_gemm.cuh", "trace_kernels/moe_gemm_ws.cuh", "trace_kernels/moe_dequant.cuh",
+           "trace_kernels/moe_nvfp4_row.cuh")
 CHUNK_K = 64  # K per pipeline stage (must match detail::kChunkK)
 
 
@@ -38,7 +40,6 @@ class TileConfig:
     overlap: bool = False  # wgmma of chunk c in flight while chunk c+1 is dequantized (untested experiment)
     variant: str = "v1"  # "v1" (moe_gemm.cuh) or "ws" (moe_gemm_ws.cuh, warp-specialized persistent)
     chunks_per_stage: int = 1  # ws: K chunks of 64 per ring stage (one mbarrier round trip per stage)
-    lut32: bool = False  # ws: per-lane replicated code table (32 KB, bank-conflict free) + ALU scales
     m_tiles: int = 1  # ws: 64-row weight tiles per consumer warpgroup (2: half the activation re-reads)
     # ws fused gate_up: tile counter + last-CTA quantization on the producer warpgroup's spare warps
     async_epilogue: bool = False
@@ -59,9 +60,9 @@ TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
 # Decode: 128 weight rows x 128 K per stage (8 KB codes + 1 KB scales + TN x 256 B tokens), 5 stages,
 # 2 CTAs/SM: ~100 KB of weights in flight per SM. Prefill: 64-K stages, overlapped main loop, 1 CTA/SM.
 WS_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
-    (6.0, TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, lut32=True)),
-    (32.0, TileConfig(32, 4, 2, 2, variant="ws", chunks_per_stage=2, lut32=True)),
-    (float("inf"), TileConfig(128, 4, 1, 2, overlap=True, variant="ws", lut32=True)),
+    (6.0, TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2)),
+    (32.0, TileConfig(32, 4, 2, 2, variant="ws", chunks_per_stage=2)),
+    (float("inf"), TileConfig(128, 4, 1, 2, overlap=True, variant="ws")),
 )
 # What calls use by default: per regime the faster variant of the H200 run of 2026-11-29
 # (profiling/results/moe_gemm_h200.json; both variants are bitwise identical, so mixing them keeps
@@ -86,16 +87,20 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(8, 8, 2, 0, proxy_fence=False),
     TileConfig(8, 8, 2, 0, overlap=True),
     TileConfig(128, 4, 1, 0, overlap=True),
-    # ws variants beyond its table: small LUT (v1's tables), one consumer warpgroup x 3 CTAs/SM (twice
-    # the items: a smaller round-robin tail), no overlap at prefill, TN=256 prefill
-    TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, lut32=False),
-    TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2, lut32=True),
-    TileConfig(128, 4, 1, 2, variant="ws", lut32=True),
-    TileConfig(256, 3, 1, 2, overlap=True, variant="ws", lut32=True),
-    TileConfig(128, 4, 1, 2, variant="ws", lut32=True, m_tiles=2),  # 256 weight rows per CTA
+    # ws variants beyond its table. Decode: one consumer warpgroup x 3 CTAs/SM (twice the items: a
+    # smaller round-robin tail); four consumer warpgroups x 1 CTA/SM; the overlapped main loop (a
+    # stage's wgmmas in flight while the next is dequantized), with 2- and 1-chunk stages. Prefill:
+    # 256 weight rows per CTA (each consumer warpgroup two m64 tiles).
+    TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2),
+    TileConfig(8, 8, 1, 4, variant="ws", chunks_per_stage=2),
+    TileConfig(8, 4, 2, 2, overlap=True, variant="ws", chunks_per_stage=2),
+    TileConfig(8, 6, 2, 2, overlap=True, variant="ws", chunks_per_stage=1),
+    TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2),
     # the decode table tile with the fused epilogue's fence + atomic + last-CTA quantize moved off the
-    # consumers (ncu 2026-11-29: gate_up SMs idle 23% vs 5% in down; fused costs +30% over plain)
-    TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, lut32=True, async_epilogue=True),
+    # consumers (ncu 2026-11-29: gate_up SMs idle 23% vs 5% in down; fused costs +30% over plain),
+    # also with the overlapped main loop
+    TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True),
+    TileConfig(8, 4, 2, 2, overlap=True, variant="ws", chunks_per_stage=2, async_epilogue=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -171,11 +176,10 @@ def smem_bytes(tile: TileConfig, warpgroups: int, experts: int) -> int:
     if tile.variant == "ws":
         cps = tile.chunks_per_stage
         per_stage = cps * (tile.tile_tokens * CHUNK_K * 2 + warpgroups * tile.m_tiles * (2048 + 256))
-        lut = 256 * 32 * 4 if tile.lut32 else 2 * 256 * 4
-        header = lut + (2 * tile.stages + 2 + 4 * tile.async_epilogue) * 8 + 4 * tile.tile_tokens * 4 + tile.tile_tokens * 4 + 16 + (experts + 1) * 4
+        header = (2 * tile.stages + 2 + 4 * tile.async_epilogue) * 8 + 4 * tile.tile_tokens * 4 + tile.tile_tokens * 4 + 16 + (experts + 1) * 4
         return header + 1024 + tile.stages * per_stage
     per_stage = tile.tile_tokens * CHUNK_K * 2 + warpgroups * (2048 + 256)
-    return tile.stages * per_stage + 2 * 256 * 4 + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
+    return tile.stages * per_stage + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
 
 
 def threads_for(tile: TileConfig, warpgroups: int) -> int:
@@ -207,8 +211,8 @@ def ws_registers_fit(registers: int, warpgroups: int, min_blocks: int) -> bool:
 def check_tile(tile: TileConfig, k: int) -> None:
     if tile.variant not in TILE_TABLES:
         raise ValueError(f"unknown MoE GEMM variant {tile.variant!r}; known: {', '.join(TILE_TABLES)}")
-    if tile.variant != "ws" and (tile.m_tiles != 1 or tile.chunks_per_stage != 1 or tile.lut32 or tile.async_epilogue):
-        raise ValueError(f"m_tiles, chunks_per_stage, lut32 and async_epilogue are ws knobs: {tile}")
+    if tile.variant != "ws" and (tile.m_tiles != 1 or tile.chunks_per_stage != 1 or tile.async_epilogue):
+        raise ValueError(f"m_tiles, chunks_per_stage and async_epilogue are ws knobs: {tile}")
     if tile.variant == "ws":
         cps = tile.chunks_per_stage
         if tile.m_tiles not in (1, 2) or (tile.m_tiles > 1 and tile.overlap):
@@ -236,7 +240,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     table_tile = any(tile == t for _, t in TILE_TABLE) and not tile.warpgroups
     if tile.variant == "ws":
         extra = {"ws": 1, "st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "cps": tile.chunks_per_stage,
-                 "ov": int(tile.overlap), "lut": 32 if tile.lut32 else 1, **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {}),
+                 "ov": int(tile.overlap), **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {}),
                  **({"ae": 1} if async_epilogue else {})}
     elif table_tile:
         extra = {}
@@ -250,7 +254,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "stages": tile.stages, "min_blocks": tile.min_blocks, "epilogue": epilogue,
               "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false",
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
-              "lut32": "true" if tile.lut32 else "false", "m_tiles": tile.m_tiles,
+              "m_tiles": tile.m_tiles,
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,

@@ -1,0 +1,134 @@
+"""Bit encoding of the packed MoE weights, chosen so the kernel dequantizes with few ALU instructions.
+
+The MoE GEMM (moe_gemm.cuh, moe_gemm_ws.cuh; moe_dequant.cuh holds the device side) feeds wgmma with
+BF16 A registers = value(code) * block scale. In the packed layout (moe_layout.py) one thread's k16
+step is a 32-bit "fragment word": byte i holds the two codes of A register a_i (low nibble = low
+half). Stored as is, turning a byte into a BF16 pair costs a table lookup (shared memory) or ~4
+ALU operations. So the packed codes are not the fragment words but an encoded word q from which each
+register comes out with one rotate and one LOP3:
+
+    a0 = rotl(q, 4) & M     a1 = rotl(q, 8) & M     a2 = (q ^ rotl(q, 10)) & M     a3 = (q ^ rotl(q, 14)) & M
+
+with M = 0x81C081C0: each 16-bit half then holds code (s e1 e0 m) at bits 15, 8, 7, 6, which as a
+BF16 is exactly value(code) * 2^-126 (code 0.5 becomes the subnormal 2^-127). q -> (a0..a3) is an
+invertible GF(2)-linear map (no four rotations of M's pattern tile 32 bits, hence the XORs); the
+packer applies its inverse through two 65536-entry tables.
+
+Block scales are re-encoded as c = bits 14..7 of fp16(b * 2^7): an unsigned 5-bit-exponent,
+3-bit-mantissa byte in which every E4M3 value, subnormals included, is a normal number (0 stays 0).
+The kernel forms the BF16 (c << 4) + 0x7000 = b * 2^119 (no branch for subnormal scales), so
+a_i * scale = value * b * 2^-7 exactly; the epilogue's per-row scale carries the 2^7 back
+(WEIGHT_SCALE_FOLD). A zero block scale decodes to 2^97, which is harmless only because such a
+block's codes are +-0: the packer zeroes the codes of zero-scale blocks (quantization already does).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+ROTATIONS = (4, 8, 10, 14)  # rotl amount of a0..a3 (moe_dequant.cuh kRot0..kRot3)
+XOR_SELF = (False, False, True, True)  # a2, a3 also XOR the unrotated word
+FIELD_MASK = 0x81C081C0  # per BF16 half: sign (15), exponent bits 8..7, top mantissa bit 6
+SCALE_BIAS = 0x7000  # BF16 of scale byte c = (c << 4) + SCALE_BIAS = b * 2^119
+WEIGHT_SCALE_FOLD = 128.0  # a_i * scale = value * b / WEIGHT_SCALE_FOLD
+
+__all__ = ["FIELD_MASK", "ROTATIONS", "SCALE_BIAS", "WEIGHT_SCALE_FOLD", "decode_code_words", "decode_scales",
+           "encode_code_words", "encode_scales", "kernel_registers", "kernel_scale_bf16"]
+
+
+def _rotl(x: int, s: int) -> int:
+    return ((x << s) | (x >> (32 - s))) & 0xFFFFFFFF
+
+
+def kernel_registers(q: int) -> tuple[int, int, int, int]:
+    """The four BF16x2 A registers the kernel forms from encoded word q (python ints)."""
+    return tuple((_rotl(q, s) ^ (q if x else 0)) & FIELD_MASK for s, x in zip(ROTATIONS, XOR_SELF))
+
+
+def _nibble_of_half(half: int) -> int:
+    return ((half >> 6) & 7) | ((half >> 12) & 8)
+
+
+def _fragment_word(registers: tuple[int, ...]) -> int:
+    """Registers -> fragment word: byte i = (low-half code) | (high-half code) << 4 of register i."""
+    word = 0
+    for i, r in enumerate(registers):
+        word |= (_nibble_of_half(r & 0xFFFF) | _nibble_of_half(r >> 16) << 4) << (8 * i)
+    return word
+
+
+def _invert(columns: list[int]) -> list[int]:
+    """Columns of the inverse of the GF(2) 32x32 matrix whose column b is columns[b]."""
+    rows = [(sum(((columns[b] >> r) & 1) << b for b in range(32)), 1 << r) for r in range(32)]
+    for bit in range(32):  # Gauss-Jordan on [A | I], rows as (A row, I row) bit masks
+        pivot = next(i for i in range(bit, 32) if rows[i][0] >> bit & 1)
+        rows[bit], rows[pivot] = rows[pivot], rows[bit]
+        for i in range(32):
+            if i != bit and rows[i][0] >> bit & 1:
+                rows[i] = (rows[i][0] ^ rows[bit][0], rows[i][1] ^ rows[bit][1])
+    inverse_rows = [r[1] for r in rows]  # row i of A^-1
+    return [sum(((inverse_rows[i] >> b) & 1) << i for i in range(32)) for b in range(32)]
+
+
+@functools.cache
+def _columns() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(decode, encode) columns: fragment word = XOR of decode[b] over set bits b of q, and back."""
+    decode = [_fragment_word(kernel_registers(1 << b)) for b in range(32)]
+    return tuple(decode), tuple(_invert(decode))
+
+
+def _half_tables(columns: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """int32 [65536] x 2: the linear map's image of every low / high 16-bit half."""
+    v = torch.arange(65536, dtype=torch.int64)
+    tables = []
+    for base in (0, 16):
+        acc = torch.zeros(65536, dtype=torch.int64)
+        for b in range(16):
+            acc ^= ((v >> b) & 1) * columns[base + b]
+        tables.append(torch.where(acc >= 2**31, acc - 2**32, acc).to(torch.int32).to(device))
+    return tables[0], tables[1]
+
+
+@functools.cache
+def _tables(which: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return _half_tables(_columns()[which], device)
+
+
+def _apply(words: torch.Tensor, which: int) -> torch.Tensor:
+    """uint8 [..., 4] little-endian words -> uint8 [..., 4] images under the linear map."""
+    if words.shape[-1] != 4 or words.dtype != torch.uint8:
+        raise ValueError(f"expected uint8 [..., 4] words, got {words.dtype} {tuple(words.shape)}")
+    halves = words.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF  # [..., 2]
+    lo_table, hi_table = _tables(which, words.device)
+    out = lo_table.index_select(0, halves[..., 0].reshape(-1)) ^ hi_table.index_select(0, halves[..., 1].reshape(-1))
+    return out.view(torch.uint8).view(words.shape)
+
+
+def encode_code_words(fragment_words: torch.Tensor) -> torch.Tensor:
+    """uint8 [..., 4] fragment words (byte i = codes of A register a_i) -> encoded words."""
+    return _apply(fragment_words, 1)
+
+
+def decode_code_words(encoded: torch.Tensor) -> torch.Tensor:
+    """Inverse of encode_code_words (what the kernel's rotate + LOP3 forms, as fragment words)."""
+    return _apply(encoded, 0)
+
+
+def encode_scales(block_scales: torch.Tensor) -> torch.Tensor:
+    """E4M3 block scales (any shape; non-negative, finite) -> uint8 scale bytes c."""
+    half_bits = (block_scales.to(torch.float32) * 128.0).to(torch.float16).view(torch.int16).to(torch.int32)
+    return ((half_bits >> 7) & 0xFF).to(torch.uint8)
+
+
+def decode_scales(scale_bytes: torch.Tensor) -> torch.Tensor:
+    """Inverse of encode_scales -> float8_e4m3fn (exact)."""
+    half = (scale_bytes.to(torch.int32) << 7).to(torch.int16).view(torch.float16)
+    return (half.to(torch.float32) / 128.0).to(torch.float8_e4m3fn)
+
+
+def kernel_scale_bf16(scale_bytes: torch.Tensor) -> torch.Tensor:
+    """The BF16 the kernel forms from scale bytes c: (c << 4) + SCALE_BIAS (= b * 2^119), as float32."""
+    bits = (scale_bytes.to(torch.int32) << 4) + SCALE_BIAS
+    return (bits << 16).view(torch.float32)
