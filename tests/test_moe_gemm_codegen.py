@@ -32,7 +32,8 @@ def test_tile_table_and_smem():
     for variant in codegen.TILE_TABLES:
         assert codegen.tile_for_rows(64 * 8, 128, variant).tile_tokens == 8  # decode: 4 rows per expert
         assert codegen.tile_for_rows(16384 * 8, 128, variant).tile_tokens == 128  # prefill
-        assert codegen.tile_for_rows(64 * 8, 128, variant).variant == ("ws" if variant == "auto" else variant)
+        assert codegen.tile_for_rows(64 * 8, 128, variant).variant == ("v1" if variant == "auto" else variant)
+    assert codegen.tile_for_rows(1 * 8, 128, "auto").variant == "ws"  # ws wins only below ~1 row per expert
     assert codegen.tile_for_rows(16384 * 8, 128, "auto").variant == "v1"  # ws loses prefill
     for tile in [t for table in codegen.TILE_TABLES.values() for _, t in table] + list(codegen.EXTRA_TILES):
         # min_blocks CTAs of the tile fit one SM's 227 KB (1 KB per CTA is reserved by the system)
@@ -140,7 +141,7 @@ def test_async_epilogue_tile_names_only_the_fused_kernel():
 
 def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
     """ws stages need K % 128 == 0: a K=64 shape (the engine's tiny-kernels preset) gets v1's tile."""
-    decode_rows = 2 * 8  # 2 rows per expert: the decode band
+    decode_rows = 1  # 1/8 row per expert: the band auto gives to ws
     assert codegen.tile_for_rows(decode_rows, 8, "auto", k=64) == codegen.TILE_TABLE[0][1]
     assert codegen.tile_for_rows(decode_rows, 8, "auto", k=256).variant == "ws"
     small = shapes.resolve("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64")

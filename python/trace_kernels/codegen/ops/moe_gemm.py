@@ -64,12 +64,14 @@ WS_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (32.0, TileConfig(32, 4, 2, 2, variant="ws", chunks_per_stage=2)),
     (float("inf"), TileConfig(128, 4, 1, 2, overlap=True, variant="ws")),
 )
-# What calls use by default: per regime the faster variant of the H200 run of 2026-11-29
-# (profiling/results/moe_gemm_h200.json; both variants are bitwise identical, so mixing them keeps
-# batch invariance). ws wins decode (30B, T=64: 0.193 vs 0.270 ms; 235B: 0.661 vs 1.028), ties at
-# T=256 and loses prefill badly (T=16384: 16.3 vs 4.6 ms), so it serves only the narrow-N band.
+# What calls use by default: per regime the faster variant of the H200 runs of 2026-12-01 (ALU
+# dequantization; profiling/results/moe_gemm_h200_dequant*.json; both variants are bitwise identical,
+# so mixing them keeps batch invariance). ws wins only below ~1 routed row per expert (T=1: 30B 0.036
+# vs 0.039 ms, 235B 0.058 vs 0.071); v1 from T=8 (30B T=8 0.079 vs 0.083, T=64 0.156 vs 0.179, T=256
+# 0.218 vs 0.304) and at prefill (T=16384: 3.67 vs 16.2 ms).
 AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
-    WS_TILE_TABLE[0],
+    (0.125, WS_TILE_TABLE[0][1]),
+    TILE_TABLE[0],
     TILE_TABLE[1],
     TILE_TABLE[2],
 )
@@ -87,20 +89,15 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(8, 8, 2, 0, proxy_fence=False),
     TileConfig(8, 8, 2, 0, overlap=True),
     TileConfig(128, 4, 1, 0, overlap=True),
-    # ws variants beyond its table. Decode: one consumer warpgroup x 3 CTAs/SM (twice the items: a
-    # smaller round-robin tail); four consumer warpgroups x 1 CTA/SM; the overlapped main loop (a
-    # stage's wgmmas in flight while the next is dequantized), with 2- and 1-chunk stages. Prefill:
-    # 256 weight rows per CTA (each consumer warpgroup two m64 tiles).
+    # ws variants beyond its table: one consumer warpgroup x 3 CTAs/SM (twice the items: a smaller
+    # round-robin tail; the fastest tile at T=1 on 30B), and prefill with 256 weight rows per CTA
+    # (each consumer warpgroup two m64 tiles). Measured on 2026-12-01 and dropped: four consumer
+    # warpgroups x 1 CTA/SM and the overlapped decode main loop (no faster; docs/moe_gemm.md).
     TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2),
-    TileConfig(8, 8, 1, 4, variant="ws", chunks_per_stage=2),
-    TileConfig(8, 4, 2, 2, overlap=True, variant="ws", chunks_per_stage=2),
-    TileConfig(8, 6, 2, 2, overlap=True, variant="ws", chunks_per_stage=1),
     TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2),
     # the decode table tile with the fused epilogue's fence + atomic + last-CTA quantize moved off the
-    # consumers (ncu 2026-11-29: gate_up SMs idle 23% vs 5% in down; fused costs +30% over plain),
-    # also with the overlapped main loop
+    # consumers onto the producer warpgroup's spare warps (T=8: 0.075 vs 0.083 ms on 30B)
     TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True),
-    TileConfig(8, 4, 2, 2, overlap=True, variant="ws", chunks_per_stage=2, async_epilogue=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -116,23 +113,25 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
     """The tile for a call with num_rows routed rows over num_experts experts (DEFAULT_VARIANT's table).
 
     With the GEMM's K given, an "auto" ws tile that K cannot use (ws stages of 128 need K % 128 == 0)
-    falls back to v1's tile of the same band, so small shapes keep working.
+    falls back to v1's tile for the same rows per expert, so small shapes keep working.
     """
     name = variant or DEFAULT_VARIANT
-    table = TILE_TABLES[name]
     average = num_rows / max(num_experts, 1)
-    band = next((i for i, (limit, _) in enumerate(table) if average <= limit), len(table) - 1)
-    tile = table[band][1]
-    return tile if k is None or name != "auto" else auto_fallback(tile, k, band)
+    tile = _table_tile(TILE_TABLES[name], average)
+    return tile if k is None or name != "auto" else auto_fallback(tile, k, average)
 
 
-def auto_fallback(tile: TileConfig, k: int, band: int) -> TileConfig:
-    """v1's tile of `band` where the "auto" table's tile does not fit K."""
+def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> TileConfig:
+    return next((tile for limit, tile in table if average <= limit), table[-1][1])
+
+
+def auto_fallback(tile: TileConfig, k: int, average: float) -> TileConfig:
+    """v1's tile for `average` rows per expert where the "auto" table's tile does not fit K."""
     try:
         check_tile(tile, k)
         return tile
     except ValueError:
-        return TILE_TABLE[band][1]
+        return _table_tile(TILE_TABLE, average)
 
 
 @dataclass(frozen=True)
@@ -282,10 +281,10 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
     names = variants or (DEFAULT_VARIANT,)
     specs: dict[str, KernelSpec] = {}  # by name: "auto" reuses the other tables' tiles
     for name in names:
-        for band, (_, tile) in enumerate(TILE_TABLES[name]):
+        for limit, tile in TILE_TABLES[name]:
             for kind in KINDS:
                 k = gemm_dims(shape, kind)[1]
-                fitted = auto_fallback(tile, k, band) if name == "auto" else tile
+                fitted = auto_fallback(tile, k, limit) if name == "auto" else tile
                 spec = gemm_spec(shape, kind, fitted)
                 specs.setdefault(spec.name, spec)
     return list(specs.values()) + [combine_spec(shape)]
