@@ -36,8 +36,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
                                 "unwritten element cannot pass a test"),
     Knob("CHECK_FINITE", "0", "1: check the non-finite status flag after every op (a host sync; debugging)"),
     # read where they act (codegen.ops.moe_gemm, trace_rl.engine.sampler), listed here for `list --env`
-    Knob("MOE_VARIANT", "auto", "MoE GEMM tile table for calls without tile=: auto (ws for decode widths, "
-                                "v1 beyond), v1 or ws"),
+    Knob("MOE_VARIANT", "auto", "MoE GEMM tile table for calls without tile=: auto (ws below 1/8 routed row "
+                                "per expert, v1 beyond), v1 or ws"),
     Knob("SAMPLER", "auto", "rollout sampler: auto = the gumbel_max_sample kernel on CUDA for plain steps "
                             "(T > 0, no top-k / top-p), torch = always the torch reference"),
 )}

@@ -81,7 +81,8 @@ def check_cuda_device(t: torch.Tensor) -> int:
 # Non-finite status word (cuda/include/trace_kernels/status.cuh), one per device.
 # ---------------------------------------------------------------------------------------------
 
-STATUS_OPS = {1: "nvfp4_quantize", 2: "nvfp4_guided_fake_quantize", 4: "nvfp4_refit_weights"}
+STATUS_OPS = {1: "nvfp4_quantize", 2: "nvfp4_guided_fake_quantize", 4: "nvfp4_refit_weights",
+              8: "moe_gemm_gate_up_swiglu"}
 _status: dict[int, torch.Tensor] = {}
 _status_lock = threading.Lock()
 
