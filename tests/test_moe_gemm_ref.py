@@ -1,5 +1,6 @@
 """CPU tests of the NVFP4 MoE GEMM reference, the weight layout, routing and input validation."""
 
+import itertools
 import re
 
 import pytest
@@ -120,6 +121,15 @@ def test_kernel_dequant_arithmetic_is_exact():
     assert torch.equal(product[:, nonzero], exact[:, nonzero])
     assert torch.equal(product.to(torch.bfloat16).to(torch.float32), product)
     assert torch.equal(Enc.decode_scales(Enc.encode_scales(scales)).view(torch.uint8), scales.view(torch.uint8))
+
+
+def test_no_four_rotations_of_the_field_mask_tile_a_word():
+    """Why two registers also XOR the unrotated word (moe_encoding): a plain rotate + mask per register
+    would need four rotations of FIELD_MASK's bits that cover all 32 bits, and none exist."""
+    bits = [b for b in range(32) if Enc.FIELD_MASK >> b & 1]
+    rotated = [frozenset((b + s) % 32 for b in bits) for s in range(32)]
+    for combo in itertools.combinations(range(32), 4):
+        assert len(frozenset().union(*(rotated[s] for s in combo))) < 32
 
 
 def test_device_dequant_constants_match_the_encoding():
