@@ -57,6 +57,16 @@ def _compile(spec, tmp_path: Path):
 
 
 @pytest.mark.nvcc
+def test_pack_template_compiles_for_sm90a(tmp_path):
+    """moe_pack (interleaved rows; the plain kernel differs by one template constant): no spills, no stack."""
+    from trace_kernels.codegen.ops import moe_pack
+    assert moe_pack.spec(1).name == "moe_pack_nvfp4_g1_sm90a" and moe_pack.spec(2).render() == moe_pack.spec(2).render()
+    with pytest.raises(ValueError, match="groups"):
+        moe_pack.spec(3)
+    _compile(moe_pack.spec(2), tmp_path)
+
+
+@pytest.mark.nvcc
 @pytest.mark.parametrize("preset,kind,tile_tokens,variant", [
     ("tiny", "gate_up_swiglu", 8, "v1"),
     ("qwen3-30b-a3b", "down_routed", 128, "v1"),

@@ -57,6 +57,12 @@ def test_zero_scale_blocks_pack_zero_codes_and_bad_scales_raise():
             L.pack_weights(codes, scales.view(torch.float8_e4m3fn), torch.ones(1))
 
 
+def test_store_fragments_rejects_unknown_row_groups():
+    codes, scales = torch.zeros(1, 64, 32, dtype=torch.uint8), torch.zeros(1, 64, 4, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="groups must be 1 or 2"):
+        L.store_fragments_(L.empty_weights(1, 64, 64), codes, scales, torch.ones(1), groups=3)
+
+
 def test_pack_in_place_keeps_addresses():
     w = torch.randn(2, 128, 128)
     packed = L.quantize_weights(w)

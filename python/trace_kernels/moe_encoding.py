@@ -35,7 +35,7 @@ SCALE_BIAS = 0x7000  # BF16 of scale byte c = (c << 4) + SCALE_BIAS = b * 2^119
 WEIGHT_SCALE_FOLD = 128.0  # a_i * scale = value * b / WEIGHT_SCALE_FOLD
 
 __all__ = ["FIELD_MASK", "ROTATIONS", "SCALE_BIAS", "WEIGHT_SCALE_FOLD", "decode_code_words", "decode_scales",
-           "encode_code_words", "encode_scales", "kernel_registers", "kernel_scale_bf16"]
+           "encode_code_words", "encode_columns", "encode_scales", "kernel_registers", "kernel_scale_bf16"]
 
 
 def _rotl(x: int, s: int) -> int:
@@ -77,6 +77,11 @@ def _columns() -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(decode, encode) columns: fragment word = XOR of decode[b] over set bits b of q, and back."""
     decode = [_fragment_word(kernel_registers(1 << b)) for b in range(32)]
     return tuple(decode), tuple(_invert(decode))
+
+
+def encode_columns() -> tuple[int, ...]:
+    """The encoded word of each fragment-word bit b (the encoding is the XOR over the set bits)."""
+    return _columns()[1]
 
 
 def _half_tables(columns: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -140,9 +140,13 @@ def _zero_unscaled_blocks(codes: torch.Tensor, block_scales: torch.Tensor) -> to
 
 
 def store_fragments_(dst: MoEWeights, codes: torch.Tensor, block_scales: torch.Tensor, scale: torch.Tensor,
-                     groups: int = 1) -> MoEWeights:
+                     groups: int = 1, *, kernel: bool | None = None) -> MoEWeights:
     """Natural NVFP4 -> dst's buffers in the packed layout, in place (addresses unchanged: captured
-    CUDA graphs stay valid). groups = 2: codes are [gate; up] rows, stored interleaved."""
+    CUDA graphs stay valid). groups = 2: codes are [gate; up] rows, stored interleaved.
+
+    kernel: None = the moe_pack kernel for CUDA tensors (ops/moe_pack.py), the torch path below
+    otherwise; False = always the torch path (the reference the kernel is tested against).
+    """
     e, n, half_k = codes.shape
     dst.validate(n=n, k=2 * half_k, name="dst")
     if dst.num_experts != e:
@@ -150,6 +154,14 @@ def store_fragments_(dst: MoEWeights, codes: torch.Tensor, block_scales: torch.T
     if tuple(block_scales.shape) != (e, n, half_k // 8) or tuple(scale.shape) != (e,):
         raise ValueError(f"block_scales {tuple(block_scales.shape)} / scale {tuple(scale.shape)} do not match "
                          f"codes {tuple(codes.shape)}")
+    if groups not in (1, 2):
+        raise ValueError(f"groups must be 1 or 2, got {groups}")
+    if kernel is None:
+        kernel = codes.is_cuda
+    if kernel:
+        from trace_kernels.ops import moe_pack
+        moe_pack.pack_(dst, codes, block_scales, scale, groups)
+        return dst
     frag_codes, frag_scales = _fragment_views(_zero_unscaled_blocks(codes, block_scales), block_scales, groups)
     t, c = n // TILE_ROWS, 2 * half_k // CHUNK_K
     words = frag_codes.reshape(e, t, c, CODE_RECORD_BYTES // 4, 4)  # one fragment word per (thread, step)

@@ -247,3 +247,29 @@ def test_bad_inputs_raise_before_launch():
         ops.moe_gemm(p.a, p.gate_up, r.offsets, row_index=r.row_index + 1000)
     with pytest.raises(ValueError, match="is on cpu"):
         ops.moe_gemm(p.a, p.gate_up, r.offsets.cpu(), row_index=r.row_index)
+
+
+@pytest.mark.parametrize("groups,e,n,k", [(1, 3, 128, 128), (2, 3, 256, 192), (1, 4, 2048, 768), (2, 2, 1536, 2048)])
+def test_pack_kernel_equals_the_torch_path(groups, e, n, k):
+    """moe_pack (the RL weight sync's packing on the GPU) writes exactly the torch path's bytes: random
+    codes, scales incl. zero (its codes become 0) and E4M3 subnormals, plain and gate/up-interleaved rows;
+    the destination poisoned first."""
+    from trace_kernels import moe_layout
+    gen = torch.Generator(device="cuda").manual_seed(n + k + groups)
+    codes = torch.randint(0, 256, (e, n, k // 2), dtype=torch.uint8, device="cuda", generator=gen)
+    scales = torch.randint(0, 0x7F, (e, n, k // 16), dtype=torch.uint8, device="cuda", generator=gen)
+    scales[:, :, 1] = torch.randint(0, 8, (e, n), dtype=torch.uint8, device="cuda", generator=gen)  # 0, subnormals
+    scales = scales.view(torch.float8_e4m3fn)
+    scale = torch.rand(e, device="cuda", generator=gen)
+    want = moe_layout.empty_weights(e, n, k, "cuda")
+    moe_layout.store_fragments_(want, codes, scales, scale, groups, kernel=False)
+    got = moe_layout.empty_weights(e, n, k, "cuda")
+    for t in (got.codes, got.block_scales):
+        t.fill_(0xAB)
+    got.scale.fill_(float("nan"))
+    ptrs = (got.codes.data_ptr(), got.block_scales.data_ptr(), got.scale.data_ptr())
+    moe_layout.store_fragments_(got, codes, scales, scale, groups)  # CUDA tensors: the kernel
+    torch.cuda.synchronize()
+    assert ptrs == (got.codes.data_ptr(), got.block_scales.data_ptr(), got.scale.data_ptr())
+    assert torch.equal(got.codes, want.codes) and torch.equal(got.block_scales, want.block_scales)
+    assert torch.equal(got.scale, want.scale)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The moe_pack kernel (natural NVFP4 -> the MoE GEMM's packed, encoded weights on the GPU; 2026-12-01)
+# on the H200 (< 5 min): its GPU tests against the torch path and memcheck on them, the rollout
+# engine's GPU tests (its refit now packs with the kernel), and bench_moe_pack (kernel vs torch path,
+# both presets). Outputs in $OUT/pk/, tarred to $OUT/pk.tar.
+# Usage (repo root; carry .whl): OUT=$OUT bash profiling/run_gpu_checks_moe_pack.sh
+set -uo pipefail
+BUDGET=${BUDGET:-300}
+W="$OUT/pk"; mkdir -p "$W"; trap 'tar -cf "$OUT/pk.tar" -C "$W" .' EXIT
+source profiling/gpu_env.sh "$W/setup.log"
+export TRACE_KERNELS_CACHE_DIR=/tmp/tkcache
+echo "== build ($(left)s left)"
+timeout 90 python3 profiling/prebuild_engine_kernels.py "E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64:1,8,256,2560" \
+  "E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64:1,4,8,32,40" > "$W/build_engine.log" 2>&1
+echo "engine build exit $?"; tail -1 "$W/build_engine.log"
+echo "== pack tests ($(left)s left)"
+timeout 60 python3 -m pytest tests/gpu/test_moe_gemm.py -k pack -q -rfE -p no:cacheprovider > "$W/pack_tests.log" 2>&1
+echo "pack tests exit $?"; grep -E "^FAILED" "$W/pack_tests.log" | head -5; tail -1 "$W/pack_tests.log"
+timeout 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+  python3 -m pytest tests/gpu/test_moe_gemm.py -k "pack and 128" -q -p no:cacheprovider > "$W/memcheck.log" 2>&1
+echo "memcheck exit $?"; grep -E "ERROR SUMMARY|passed|failed" "$W/memcheck.log" | tail -2
+echo "== engine GPU tests ($(left)s left)"
+timeout 100 python3 -m pytest tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py tests/rl/test_engine_kernels.py \
+  -q -rfE -p no:cacheprovider > "$W/engine_tests.log" 2>&1
+echo "engine tests exit $?"; grep -E "^FAILED" "$W/engine_tests.log" | head -5; tail -1 "$W/engine_tests.log"
+t=$(( $(left) - 5 ))
+echo "== bench ($(left)s left)"
+timeout "$t" python3 profiling/bench_moe_pack.py --out "$W/moe_pack_h200.json" > "$W/bench.log" 2>&1
+echo "bench exit $?"; tail -6 "$W/bench.log"
+echo "== done ($(left)s left)"
