@@ -63,6 +63,18 @@ def test_store_fragments_rejects_unknown_row_groups():
         L.store_fragments_(L.empty_weights(1, 64, 64), codes, scales, torch.ones(1), groups=3)
 
 
+def test_unencoded_or_mistyped_weights_raise():
+    """Packed weights from before the scale encoding (float8 block scales) and non-byte natural codes are
+    refused with a clear error, not misread."""
+    w = L.quantize_weights(torch.randn(1, 64, 64))
+    old = L.MoEWeights(w.codes, w.block_scales.view(torch.float8_e4m3fn), w.scale)
+    with pytest.raises(TypeError, match="uint8 \\(encoded scales"):
+        old.validate()
+    codes, scales, scale = L.unpack_weights(w)
+    with pytest.raises(TypeError, match="uint8 codes"):
+        L.pack_weights_(L.empty_weights(1, 64, 64), codes.to(torch.int32), scales, scale)
+
+
 def test_pack_in_place_keeps_addresses():
     w = torch.randn(2, 128, 128)
     packed = L.quantize_weights(w)

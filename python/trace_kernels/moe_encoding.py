@@ -12,7 +12,8 @@ register comes out with one rotate and one LOP3:
 with M = 0x81C081C0: each 16-bit half then holds code (s e1 e0 m) at bits 15, 8, 7, 6, which as a
 BF16 is exactly value(code) * 2^-126 (code 0.5 becomes the subnormal 2^-127). q -> (a0..a3) is an
 invertible GF(2)-linear map (no four rotations of M's pattern tile 32 bits, hence the XORs); the
-packer applies its inverse through two 65536-entry tables.
+torch packer applies its inverse through two 65536-entry tables, the moe_pack kernel through four
+256-entry byte tables built from encode_columns().
 
 Block scales are re-encoded as c = bits 14..7 of fp16(b * 2^7): an unsigned 5-bit-exponent,
 3-bit-mantissa byte in which every E4M3 value, subnormals included, is a normal number (0 stays 0).

@@ -147,6 +147,11 @@ def store_fragments_(dst: MoEWeights, codes: torch.Tensor, block_scales: torch.T
     kernel: None = the moe_pack kernel for CUDA tensors (ops/moe_pack.py), the torch path below
     otherwise; False = always the torch path (the reference the kernel is tested against).
     """
+    if codes.dtype != torch.uint8 or block_scales.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"natural NVFP4 needs uint8 codes and float8_e4m3fn block scales, got {codes.dtype} and "
+                        f"{block_scales.dtype}")
+    if codes.dim() != 3:
+        raise ValueError(f"codes must be [E, N, K/2], got shape {tuple(codes.shape)}")
     e, n, half_k = codes.shape
     dst.validate(n=n, k=2 * half_k, name="dst")
     if dst.num_experts != e:

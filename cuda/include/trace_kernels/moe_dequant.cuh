@@ -7,7 +7,7 @@
 //           is a BF16 subnormal, which bf16 multiplication keeps): 2 ALU operations per register
 //           instead of a shared-memory table lookup.
 //   scales: byte c -> BF16 (c << 4) + 0x7000 = block scale * 2^119, both rows of a step in one
-//           PRMT + IMAD; the multiply takes the row's half by operand selection.
+//           PRMT + one multiply-add (a LEA in SASS); the HMUL2 takes the row's half by operand selection.
 // The product is value * b * 2^-7 (at most 6 significant bits, exponent well inside BF16's normal
 // range): exact. The epilogue's row scale multiplies by kWeightScaleFold to undo the 2^-7.
 #pragma once

@@ -32,6 +32,8 @@ def pack_(dst, codes: torch.Tensor, block_scales: torch.Tensor, scale: torch.Ten
                     ("dst.block_scales", dst.block_scales), ("dst.scale", dst.scale)):
         if t.device != codes.device:
             raise ValueError(f"{name} is on {t.device}, codes on {codes.device}")
+    if dst.codes.data_ptr() % 4:
+        raise ValueError("dst.codes must be 4-byte aligned (the kernel stores 32-bit words)")
     codes, scale_bytes = codes.contiguous(), block_scales.contiguous().view(torch.uint8)
     e, n, half_k = codes.shape
     words = dst.codes.numel() // 4

@@ -54,9 +54,7 @@ def kv_kernel_support(config, block_size: int, page_format: str = "nvfp4") -> st
     return None
 
 
-def empty_moe_weights(experts: int, n: int, k: int, device) -> MoEWeights:
-    """Zeroed packed weights [E, N, K] (allocated once; refit writes into them)."""
-    return empty_weights(experts, n, k, device)
+empty_moe_weights = empty_weights  # zeroed packed weights [E, N, K] (allocated once; refit writes into them)
 
 
 def pack_gate_up_(dst: MoEWeights, codes: Tensor, block_scales: Tensor, scale: Tensor) -> MoEWeights:

@@ -11,9 +11,9 @@ Variants (TileConfig.variant; bitwise identical outputs, tested):
   "ws"  moe_gemm_ws.cuh: persistent CTAs, a producer warpgroup (cp.async.bulk weights + cp.async
         activations on an mbarrier ring), consumer warpgroups decoupled; verified on the H200
         (2026-11-29, bitwise equal to v1).
-Both dequantize the encoded weights (moe_encoding.py) with ALU operations (moe_dequant.cuh).
   "auto" (the default) a table mixing both by regime: ws below 1/8 routed row per expert, v1 beyond
         (measured 2026-12-01).
+Both variants dequantize the encoded weights (moe_encoding.py) with ALU operations (moe_dequant.cuh).
 DEFAULT_VARIANT (env TRACE_KERNELS_MOE_VARIANT: auto | v1 | ws) picks the table `tile_for_rows` uses.
 """
 
