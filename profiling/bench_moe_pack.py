@@ -3,6 +3,16 @@ encoded layout, with the moe_pack kernel and with the torch path (moe_layout.sto
 gate_up (interleaved) and down weights of each preset's MoE layer; copy bandwidth in the same run.
 
     python profiling/bench_moe_pack.py --out profiling/results/moe_pack_h200.json
+    python profiling/bench_moe_pack.py --what refit --out profiling/results/refit_packed_h200.json
+
+--what refit times the whole sync from BF16 expert weights w [E, N, K] per weight tensor, same run,
+CUDA-graph replays rotating fresh input sets (working set >= 4x L2, trace_kernels.testing.bench):
+  two_step   refit_weights into natural-layout staging + moe_pack into the packed buffers (before)
+  fused      ops.refit_weights_packed_ (amax pass + quantize-and-pack pass, one op); its amax pass is also
+             timed alone, and the quantize pass reported as the difference (on the same minimal bytes)
+  copy       w.copy_ into a same-size buffer (read + write counted)
+Bandwidth on minimal bytes = read w once + write the packed codes, scales and per-expert scale once;
+fraction = that bandwidth over the copy's. Both paths' outputs are compared bit for bit once.
 """
 
 import argparse
@@ -23,12 +33,79 @@ def natural(e: int, n: int, k: int, gen: torch.Generator):
     return codes, scales.view(torch.float8_e4m3fn), torch.rand(e, device="cuda", generator=gen)
 
 
+def bench_refit(names: list[str], reps: int, gen: torch.Generator, copy_bw: float) -> list[dict]:
+    """copy_bw: the run's device-to-device copy bandwidth (copy_bandwidth); a row's own copy of w, a
+    CUDA-graph memcpy node, runs slower at GB sizes (2.8 TB/s at 3.2 GB), so fractions use the faster."""
+    from trace_kernels import ops
+    from trace_kernels.ops import refit_packed
+    from trace_kernels.testing.bench import time_graph, variants_for
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for name in names:
+        s = shapes.resolve(name)
+        for weight, (n, k, groups) in {"gate_up": (2 * s.intermediate, s.hidden, 2),
+                                       "down": (s.hidden, s.intermediate, 1)}.items():
+            e = s.experts
+            w_bytes = e * n * k * 2
+            sets = variants_for(w_bytes, l2)
+            ws = [torch.randn(e, n, k, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(sets)]  # fresh
+            dst, ref = moe_layout.empty_weights(e, n, k, "cuda"), moe_layout.empty_weights(e, n, k, "cuda")
+            staging = ops.allocate_refit_buffers(e, n, k, "cuda")
+            sink = torch.empty_like(ws[0])
+
+            def two_step(i):
+                ops.refit_weights(ws[i], staging)
+                moe_layout.store_fragments_(ref, staging.codes, staging.block_scales, staging.scale, groups)
+
+            copy_ms = time_graph(lambda i: sink.copy_(ws[i]), sets, replays=reps)
+            two_step_ms = time_graph(two_step, sets, replays=reps)
+            fused_ms = time_graph(lambda i: ops.refit_weights_packed_(ws[i], dst, groups), sets, replays=reps)
+            refit_packed.PASSES = ("amax",)
+            try:
+                amax_ms = time_graph(lambda i: ops.refit_weights_packed_(ws[i], dst, groups), sets, replays=reps)
+            finally:
+                refit_packed.PASSES = ("amax", "pack")
+            two_step(0)
+            ops.refit_weights_packed_(ws[0], dst, groups)
+            exact = all(torch.equal(a, b) for a, b in zip((dst.codes, dst.block_scales, dst.scale),
+                                                           (ref.codes, ref.block_scales, ref.scale)))
+            minimal = w_bytes + dst.codes.numel() + dst.block_scales.numel() + 4 * e  # read w + write packed
+            row_copy_bw = 2 * w_bytes / (copy_ms * 1e-3)
+            ref_bw = max(row_copy_bw, copy_bw)
+            row = {"shape": s.name, "weight": weight, "experts": e, "n": n, "k": k, "groups": groups, "sets": sets,
+                   "minimal_bytes": minimal, "copy_ms": copy_ms, "row_copy_bytes_per_s": row_copy_bw,
+                   "copy_bytes_per_s": ref_bw, "bitexact": exact}
+            for what, ms in (("two_step", two_step_ms), ("fused", fused_ms)):
+                row[f"{what}_ms"] = ms
+                row[f"{what}_bytes_per_s"] = minimal / (ms * 1e-3)
+                row[f"{what}_fraction_of_copy"] = minimal / (ms * 1e-3) / ref_bw
+            row["amax_pass_ms"] = amax_ms  # the fused op's first launch alone (refit v2's amax pass)
+            row["quantize_pass_ms"] = fused_ms - amax_ms  # difference of medians
+            row["quantize_pass_fraction_of_copy"] = minimal / ((fused_ms - amax_ms) * 1e-3) / ref_bw
+            row["fused_speedup"] = two_step_ms / fused_ms
+            row["fused_s_per_gb_bf16"] = fused_ms * 1e-3 / (w_bytes / 1e9)
+            rows.append(row)
+            print(f"{s.name:16s} {weight:8s} [{e}, {n}, {k}] two-step {two_step_ms:.3f} ms "
+                  f"({100 * row['two_step_fraction_of_copy']:.0f}% of copy), fused {fused_ms:.3f} ms "
+                  f"({row['fused_bytes_per_s'] / 1e9:.0f} GB/s, {100 * row['fused_fraction_of_copy']:.0f}% of copy, "
+                  f"{row['fused_speedup']:.2f}x; quantize pass {row['quantize_pass_ms']:.3f} ms, "
+                  f"{100 * row['quantize_pass_fraction_of_copy']:.0f}%), copy {ref_bw / 1e12:.2f} TB/s, bit-exact {exact}",
+                  flush=True)
+            del ws, dst, ref, staging, sink
+            torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="qwen3-30b-a3b,qwen3-235b-a22b")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", default="profiling/results/moe_pack_h200.json")
+    parser.add_argument("--what", default="pack", help="comma list: pack (natural -> packed), refit (the whole sync)")
     args = parser.parse_args(argv)
+    what = set(args.what.split(","))
+    if not what <= {"pack", "refit"}:
+        parser.error(f"--what takes pack and/or refit, got {args.what}")
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
@@ -37,7 +114,7 @@ def main(argv=None) -> int:
     bw = copy_bandwidth(timer)
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s (read + write)", flush=True)
     rows = []
-    for name in args.shapes.split(","):
+    for name in args.shapes.split(",") if "pack" in what else []:
         s = shapes.resolve(name)
         for weight, (n, k, groups) in {"gate_up": (2 * s.intermediate, s.hidden, 2),
                                        "down": (s.hidden, s.intermediate, 1)}.items():
@@ -58,6 +135,8 @@ def main(argv=None) -> int:
     report = {"gpu": torch.cuda.get_device_name(), "date": utc_now(), "commit": git_commit(),
               "command": " ".join([os.path.basename(sys.executable), *sys.argv]), "torch": torch.__version__,
               "copy_bandwidth_bytes_per_s": bw, "reps": args.reps, "results": rows}
+    if "refit" in what:
+        report["refit_results"] = bench_refit(args.shapes.split(","), args.reps, gen, bw)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print("wrote", args.out)

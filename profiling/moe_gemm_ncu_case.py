@@ -24,6 +24,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--variant", default=None, help="kernel variant (codegen TILE_TABLES key; default: DEFAULT_VARIANT)")
     parser.add_argument("--extra", type=int, default=None, help="use codegen EXTRA_TILES[EXTRA] instead of the table")
+    parser.add_argument("--plain", action="store_true", help="also launch the plain gate_up GEMM (epilogue A/B)")
     args = parser.parse_args()
     s = shapes.resolve(args.shape)
     e, h, i, k, t = s.experts, s.hidden, s.intermediate, s.top_k, args.tokens
@@ -38,6 +39,9 @@ def main() -> int:
         up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
                              tile=tile)
         ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, tile=tile)
+        if args.plain:
+            ops.moe_gemm(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
+                         tile=tile)
     torch.cuda.synchronize()
     print("tile", tile)
     return 0

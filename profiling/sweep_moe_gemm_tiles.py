@@ -27,13 +27,17 @@ from trace_kernels.moe_testing import random_topk
 def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
     out = []
     keys = ("variant", "tile_tokens", "stages", "min_blocks", "warpgroups", "proxy_fence", "overlap",
-            "chunks_per_stage")
-    for variant, tn, st, mb, wg, pf, ov, cps in itertools.product(*(grid[k] for k in keys)):
-        if variant == "v1" and cps != 1:  # ws-only knob
+            "chunks_per_stage", "m_tiles")
+    for variant, tn, st, mb, wg, pf, ov, cps, mt in itertools.product(*(grid[k] for k in keys)):
+        if variant == "v1" and (cps != 1 or mt != 1):  # ws-only knobs
+            continue
+        if mt > 1 and ov:  # ws: two m tiles overlap within the stage instead
+            continue
+        if mt * tn > 256:  # accumulators alone would pass the consumer's register budget
             continue
         if variant == "ws" and not pf:  # v1-only knob
             continue
-        tile = codegen.TileConfig(tn, st, mb, wg, bool(pf), bool(ov), variant, cps)
+        tile = codegen.TileConfig(tn, st, mb, wg, bool(pf), bool(ov), variant, cps, mt)
         if ov and variant == "v1" and st < 3:
             continue
         if (codegen.smem_bytes(tile, wg, experts) + 1024) * mb <= 228 * 1024:  # min_blocks CTAs must fit an SM
@@ -53,6 +57,7 @@ def main(argv=None) -> int:
     parser.add_argument("--overlap", default="0,1", help="0: wgmma.wait 0 per chunk; 1: overlapped main loop")
     parser.add_argument("--variant", default="v1", help="v1,ws: kernel variants (ws adds the knob below)")
     parser.add_argument("--chunks-per-stage", default="1", help="ws: K chunks of 64 per ring stage (1,2)")
+    parser.add_argument("--m-tiles", default="1", help="ws: 64-row weight tiles per consumer warpgroup (1,2)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
     args = parser.parse_args(argv)
@@ -60,7 +65,8 @@ def main(argv=None) -> int:
     ints = lambda text: tuple(int(v) for v in text.split(","))  # noqa: E731
     grid = {"tile_tokens": ints(args.tile_tokens), "stages": ints(args.stages), "min_blocks": ints(args.min_blocks),
             "warpgroups": ints(args.warpgroups), "proxy_fence": ints(args.proxy_fence), "overlap": ints(args.overlap),
-            "variant": tuple(args.variant.split(",")), "chunks_per_stage": ints(args.chunks_per_stage)}
+            "variant": tuple(args.variant.split(",")), "chunks_per_stage": ints(args.chunks_per_stage),
+            "m_tiles": ints(args.m_tiles)}
     tiles = []
     for t in candidates(grid, shape.experts):
         try:  # e.g. chunks_per_stage=2 or overlap needs K multiples that a shape may not have

@@ -99,6 +99,29 @@ def test_gate_up_fused_quantization_is_exact(shape, tokens, skew):
         assert agree >= 0.999, (name, tile, agree)
 
 
+def test_gate_up_fused_quantization_of_extreme_rows():
+    """Rows whose scale leaves the epilogue's branch-free range (zero rows: s = 0; tiny rows:
+    s < 2^-40; huge rows: s > 2^37) take the checked block path, still exactly nvfp4.quantize."""
+    p = problem("qwen3-30b-a3b", 300, 77)
+    x = p.x.clone()  # [T, H] bf16, W4A16 (no activation row scale)
+    x[0::7] = 0
+    x[1::7] *= 2.0 ** -40  # h ~ x^2: s ~ 2^-80
+    x[2::7] *= 2.0 ** 30  # s ~ 2^60
+    r = p.routing
+    m, i = r.num_rows, SHAPES["qwen3-30b-a3b"][2]
+    for tile in TILES:
+        out = ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, tile=tile, out=_poisoned_gate_up(m, i))
+        torch.cuda.synchronize()
+        own = ref.quantize_swiglu(out.h.cpu())
+        scales = out.q.scale.cpu()
+        assert bool((scales == 0).any()) and bool((scales < 2.0 ** -40).any()) and bool((scales > 2.0 ** 37).any())
+        assert torch.equal(out.q.codes.cpu(), own.q.codes), tile
+        assert torch.equal(out.q.block_scales.view(torch.uint8).cpu(), own.q.block_scales.view(torch.uint8)), tile
+        assert torch.equal(scales, own.q.scale), tile
+        assert torch.equal(out.a_next.cpu(), own.a_next), tile
+        assert torch.equal(out.mantissa_bits.cpu(), own.mantissa_bits), tile
+
+
 @pytest.mark.parametrize("tokens,skew", [(1, 0.0), (64, 0.0), (300, 3.0), (1024, 0.0)])
 def test_down_combine_matches_reference(shape, tokens, skew):
     name, (e, h, i, k) = shape

@@ -338,9 +338,9 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     if (!item[1]) return;
     __threadfence();
     if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-    for (int n = tid / 32; n < rows_valid; n += kThreads / 32)
-      quantize_row_nvfp4<N / 2>(p.out + static_cast<size_t>(row0 + n) * (N / 2), row0 + n, lane,
-                                p.q_codes, p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+    quantize_rows_nvfp4<N / 2, (TN >= 64), kThreads / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
+                                                          p.q_block_scales, p.q_scale, p.q_dequant,
+                                                          p.q_mantissa_bits, p.status);
   }
 }
 

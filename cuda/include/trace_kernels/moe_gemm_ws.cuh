@@ -6,8 +6,10 @@
 // What differs is how the bytes arrive and how the work is scheduled:
 //   * persistent CTAs walk the (token tile, weight tile) items item = y * XT + wt, y-major, in steps
 //     of gridDim.x (the host sizes the grid to the SMs x occupancy);
-//   * a producer warpgroup (the last; setmaxnreg gives its registers to the consumers, and only its
-//     first warp works) fills a STAGES-deep ring of CPS K-chunks of 64 per stage:
+//   * a producer warpgroup (the last; setmaxnreg gives its registers to the consumers) fills a
+//     STAGES-deep ring of CPS K-chunks of 64 per stage; its first thread issues the weight copies, and
+//     all four warps (only the first with ASYNC_EPI, whose epilogue takes the other three) gather the
+//     activation rows, so a 128-token stage costs each gathering thread 8 cp.async, not 32:
 //     the fragment-ordered weight records with cp.async.bulk (async proxy, mbarrier complete_tx,
 //     one instruction per warpgroup per record kind), the gathered activation rows with cp.async whose
 //     completion the same mbarrier tracks (cp.async.mbarrier.arrive), as CUTLASS's
@@ -19,7 +21,7 @@
 //   * ASYNC_EPI (fused SwiGLU epilogue only): the per-item tile counter (threadfence + atomic) and the
 //     last CTA's row quantization run on the producer warpgroup's three spare warps, handed each
 //     item's h through an mbarrier, so the consumers go straight on to the next item (same stores,
-//     same quantize_row_nvfp4 arithmetic: outputs unchanged).
+//     same quantize_rows_nvfp4 arithmetic: outputs unchanged).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,12 @@ template <int THREADS>
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); }
 // Barrier among the three epilogue warps of ASYNC_EPI (id 2).
 __device__ __forceinline__ void epilogue_sync() { asm volatile("bar.sync 2, 96;\n" ::: "memory"); }
+// Barrier among the producer's gathering warps (id 3): they share the item's source-row table.
+template <int THREADS>
+__device__ __forceinline__ void gather_sync() {
+  if constexpr (THREADS == 32) __syncwarp();
+  else asm volatile("bar.sync 3, %0;\n" ::"n"(THREADS) : "memory");
+}
 
 }  // namespace ws
 
@@ -104,6 +112,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   using Smem = MoEWsSmem<TN, NWG, STAGES, CPS, MT, ASYNC_EPI>;
   constexpr int kConsumers = NWG * 128;
   constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup
+  constexpr int kGatherers = ASYNC_EPI ? 32 : 128;  // producer threads that gather activation rows
   constexpr int kConsumerRegs = consumer_regs<NWG, MIN_BLOCKS>();
   static_assert(kConsumerRegs >= 64 && kConsumerRegs >= entry_regs<NWG, MIN_BLOCKS>(),
                 "too many CTAs per SM for the consumer registers");
@@ -144,7 +153,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   if (tid < 32) scan_expert_tiles<E, TN>(p.offsets, tile_start, tid);
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      ws::mbar_init(&full_bar[s], 32 + 1);          // 32 producer lanes + lane 0's expect_tx
+      ws::mbar_init(&full_bar[s], kGatherers + 1);  // every gathering thread + thread 0's expect_tx
       ws::mbar_init(&empty_bar[s], kConsumers);     // every consumer thread releases
     }
     ws::mbar_init(&tok_free[0], kConsumers);
@@ -180,7 +189,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   if (tid >= kConsumers) {
     // ================= producer warpgroup: its first warp issues every copy =================
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (tid >= kConsumers + 32) {
+    if (ASYNC_EPI && tid >= kConsumers + 32) {
       if constexpr (ASYNC_EPI) {
         // ---- epilogue warps (1..3 of this warpgroup): per item, once the consumers' h stores are
         // published on h_done (mbarrier release/acquire, CTA scope), count the token tile at GPU scope
@@ -203,9 +212,9 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
           if (flag[1]) {
             __threadfence();
             if (etid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-            for (int n = etid / 32; n < rows_valid; n += 3)
-              quantize_row_nvfp4<N / 2>(p.out + static_cast<size_t>(row0 + n) * (N / 2), row0 + n, lane, p.q_codes,
-                                        p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+            quantize_rows_nvfp4<N / 2, false, 3>(p.out, row0, rows_valid, etid / 32, lane, p.q_codes,
+                                                 p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits,
+                                                 p.status);
           }
           ws::epilogue_sync();  // flag[1] is rewritten by the next item
           ws::mbar_arrive(&epi_free[slot]);
@@ -213,20 +222,21 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       }
       return;
     }
+    const int ptid = tid - kConsumers;  // 0 .. kGatherers-1
     const int num_items = items();
     int it = 0, local = 0;
     for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++local) {
       int expert, row0, rows_valid, wt, y_tile;
       decode(item, expert, row0, rows_valid, wt, y_tile);
       // token scales (s_w * 2^7 * s_a, v1's product) and router weights of this item for the consumers'
-      // epilogue, in slot local & 1 once they released it; published by this lane's arrivals on the
+      // epilogue, in slot local & 1 once they released it; published by these threads' arrivals on the
       // item's first full barrier (release), read after their wait on it (acquire)
       const int slot = local & 1;
       ws::mbar_wait(&tok_free[slot], ((local >> 1) & 1) ^ 1);
-      __syncwarp();  // every lane is done with the previous item's src_rows
+      ws::gather_sync<kGatherers>();  // every gatherer is done with the previous item's src_rows
       {
         const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;  // A holds weights * 2^-7 (exact)
-        for (int n = lane; n < TN; n += 32) {
+        for (int n = ptid; n < TN; n += kGatherers) {
           int src = -1;
           float scale = 0.0f, weight = 0.0f;
           if (n < rows_valid) {
@@ -239,13 +249,13 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
           tok[(2 * slot + 1) * TN + n] = weight;
         }
       }
-      __syncwarp();
+      ws::gather_sync<kGatherers>();
       const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG * MT) * kChunks;  // (tile, chunk 0)
-      const int c = lane & 7;  // this lane's 16-byte column piece of every activation row
+      const int c = ptid & 7;  // this thread's 16-byte column piece of every activation row
       for (int ks = 0; ks < kStageIters; ++ks, ++it) {
         const int s = it % STAGES;
         ws::mbar_wait(&empty_bar[s], ((it / STAGES) & 1) ^ 1);
-        if (lane == 0) {
+        if (ptid == 0) {
           ws::mbar_arrive_expect_tx(&full_bar[s], kTxBytes);
 #pragma unroll
           for (int w = 0; w < NWG * MT; ++w) {  // record group w = warpgroup * MT + m tile
@@ -260,16 +270,16 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
         for (int sub = 0; sub < CPS; ++sub) {
           const int chunk = ks * CPS + sub;
           uint8_t* dst = smem + Smem::kB + (s * CPS + sub) * Smem::kBSub;
-          // rows n = lane/8 + 4j; same address as &sB(n, 8c, s*CPS+sub) (closed-form SW128, as v1)
-          for (int n = lane >> 3; n < TN; n += 4) {
+          // rows n = ptid/8 + (kGatherers/8) j; same address as &sB(n, 8c, s*CPS+sub) (closed-form SW128, as v1)
+          for (int n = ptid >> 3; n < TN; n += kGatherers / 8) {
             const int src = src_rows[n];
             const __nv_bfloat16* g =
                 p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + chunk * detail::kChunkK + c * 8);
             detail::cp_async_16(dst + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
           }
         }
-        ws::cp_async_track(&full_bar[s]);  // the phase waits for this lane's cp.asyncs ...
-        ws::mbar_arrive(&full_bar[s]);     // ... and counts this lane once
+        ws::cp_async_track(&full_bar[s]);  // the phase waits for this thread's cp.asyncs ...
+        ws::mbar_arrive(&full_bar[s]);     // ... and counts this thread once
       }
     }
     return;
@@ -411,9 +421,9 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       if (flag[0]) {
         __threadfence();
         if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-        for (int n = tid / 32; n < rows_valid; n += kConsumers / 32)
-          quantize_row_nvfp4<N / 2>(p.out + static_cast<size_t>(row0 + n) * (N / 2), row0 + n, lane, p.q_codes,
-                                    p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+        quantize_rows_nvfp4<N / 2, (TN >= 64), kConsumers / 32>(p.out, row0, rows_valid, tid / 32, lane,
+                                                                p.q_codes, p.q_block_scales, p.q_scale,
+                                                                p.q_dequant, p.q_mantissa_bits, p.status);
       }
       ws::consumer_sync<kConsumers>();  // flag[0] is rewritten by the next item
     }

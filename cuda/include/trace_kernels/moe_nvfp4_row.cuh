@@ -1,9 +1,10 @@
-// NVFP4 row quantization of one BF16 row by one warp, bit-exact with trace_kernels.nvfp4.quantize
-// (scale="row"), plus the MoE GEMM's extra outputs: the BF16 "value(code) * block scale" operand
-// and the compact TRACE guidance bits. Used by the fused SwiGLU epilogue of moe_gemm.cuh.
-//
-// The arithmetic is nvfp4.cuh's (s = amax / 2688, nvfp4::e4m3_round, nvfp4::e2m1_code), in the
-// reference's order with IEEE divisions.
+// NVFP4 row quantization of the fused SwiGLU epilogues (moe_gemm.cuh, moe_gemm_ws.cuh): the last CTA
+// of a token tile quantizes its complete rows of h, bit-exact with trace_kernels.nvfp4.quantize
+// (scale="row"), and writes the MoE GEMM's extra outputs: the BF16 "value(code) * block scale"
+// operand and the compact TRACE guidance bits. Its SM's tensor cores wait meanwhile, so the blocks
+// take the quantize kernel's branch-free path (quantize_epilogue.cuh: packed BF16 thresholds, no
+// division per element) for rows with row_scale_fast(s), and the checked path (block_step +
+// quantize_block16) otherwise; both are bit for bit the reference.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <cuda_fp8.h>
 
 #include "trace_kernels/nvfp4.cuh"
+#include "trace_kernels/quantize_epilogue.cuh"
 #include "trace_kernels/status.cuh"
 
 namespace trace_kernels::moe {
@@ -19,87 +21,119 @@ namespace trace_kernels::moe {
 // Status-word op bit of the fused gate_up epilogue (status.cuh's StatusOp uses 1, 2, 4).
 constexpr uint32_t kStatusMoeGateUp = 8u;
 
-__device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }  // exact
-__device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
-
-// Quantize h[0..D) (one row, read through L2: other CTAs wrote it) with the 32 lanes of a warp.
+// Block blk of a row with row scale s: its codes, E4M3 scale, BF16 operand and guidance bits.
 template <int D>
-__device__ __forceinline__ void quantize_row_nvfp4(const __nv_bfloat16* h, int64_t row, int lane,
+__device__ __forceinline__ void round_block_nvfp4(int blk, const Vec8<__nv_bfloat16>& lo,
+                                                  const Vec8<__nv_bfloat16>& hi, int64_t row, float s, bool fast,
+                                                  const nvfp4::Divisor& six_s,
+                                                  uint8_t* codes, uint8_t* block_scales, __nv_bfloat16* dequant,
+                                                  uint8_t* mantissa_bits) {
+  uint4 dq_lo, dq_hi;
+  const float block_amax = block16_abs_max<__nv_bfloat16>(lo, hi);
+  const nvfp4::BlockStep step =
+      fast ? block_step_fast(block_amax, s, six_s) : nvfp4::block_step(block_amax, s, nvfp4::kFp4Max * s);
+  const uint2 q = fast ? quantize_block16_fast<__nv_bfloat16, true>(lo, hi, step, dq_lo, dq_hi)
+                       : quantize_block16<__nv_bfloat16>(lo, hi, step, true, dq_lo, dq_hi);
+  reinterpret_cast<uint2*>(codes + row * (D / 2))[blk] = q;
+  block_scales[row * (D / 16) + blk] = step.scale_bits;
+  uint4* dq = reinterpret_cast<uint4*>(dequant + row * D + blk * 16);
+  dq[0] = dq_lo;
+  dq[1] = dq_hi;
+  reinterpret_cast<uint16_t*>(mantissa_bits + row * (D / 8))[blk] =
+      static_cast<uint16_t>(mantissa_bits_of(q.x) | (mantissa_bits_of(q.y) << 8));
+}
+
+// One row per LANES lanes (a warp or a half warp). HOLD: the lane keeps its blocks in registers
+// between the row amax and the rounding (one L2 round trip per row: wide tiles, whose CTA quantizes
+// up to 256 rows and has the registers); else it reads them again from L2 (the 64-register budget
+// of the decode tiles, where a CTA quantizes at most a few rows).
+template <int D, int LANES, bool HOLD>
+__device__ __forceinline__ void quantize_row_nvfp4(const __nv_bfloat16* h, int64_t row, bool valid, int lane,
                                                    uint8_t* codes, uint8_t* block_scales, float* row_scale,
                                                    __nv_bfloat16* dequant, uint8_t* mantissa_bits,
                                                    uint32_t* status) {
-  static_assert(D % 16 == 0, "D must be a multiple of 16");
+  static_assert(D % 16 == 0 && (LANES == 16 || LANES == 32), "D % 16 == 0, LANES in {16, 32}");
+  using V = Vec8<__nv_bfloat16>;
   constexpr int kBlocks = D / 16;
-  constexpr int kPerLane = (kBlocks + 31) / 32;
-  uint32_t raw[kPerLane][8];  // bf16 pairs: half the registers of keeping FP32 copies
-  float amax = 0.0f;
+  constexpr int kPerLane = (kBlocks + LANES - 1) / LANES;
+  constexpr int kHeld = HOLD ? kPerLane : 1;
+  // h was written by other CTAs of this launch: L2 loads (ld.cg), never the non-coherent path
+  auto load_block = [&](int blk, V& lo, V& hi) {
+    const uint4* src = reinterpret_cast<const uint4*>(h + blk * 16);
+    lo.raw = __ldcg(src);
+    hi.raw = __ldcg(src + 1);
+  };
+  V v[kHeld][2];
+  float amax = 0.0f;  // pass 1: the row amax, all of the lane's loads in flight at once
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
-    const int blk = lane + 32 * i;
-    if (blk < kBlocks) {
-      const uint4* src = reinterpret_cast<const uint4*>(h + blk * 16);
-      const uint4 lo = __ldcg(src), hi = __ldcg(src + 1);
-      raw[i][0] = lo.x; raw[i][1] = lo.y; raw[i][2] = lo.z; raw[i][3] = lo.w;
-      raw[i][4] = hi.x; raw[i][5] = hi.y; raw[i][6] = hi.z; raw[i][7] = hi.w;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        amax = nvfp4::fmax_nan(amax, nvfp4::fmax_nan(fabsf(bf16_lo(raw[i][j])), fabsf(bf16_hi(raw[i][j]))));
+    const int blk = lane + LANES * i;
+    if (valid && blk < kBlocks) {
+      if constexpr (HOLD) {
+        load_block(blk, v[i][0], v[i][1]);
+        amax = nvfp4::fmax_nan(amax, block16_abs_max<__nv_bfloat16>(v[i][0], v[i][1]));
+      } else {
+        V lo, hi;
+        load_block(blk, lo, hi);
+        amax = nvfp4::fmax_nan(amax, block16_abs_max<__nv_bfloat16>(lo, hi));
+      }
     }
   }
 #pragma unroll
-  for (int d = 16; d > 0; d >>= 1) amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+  for (int d = LANES / 2; d > 0; d >>= 1) amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+  if (!valid) return;
   if (!nvfp4::is_finite(amax)) {  // SwiGLU overflowed: report, leave this row's outputs unwritten
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int blk = lane + 32 * i;
-      if (blk >= kBlocks) continue;
+    for (int blk = lane; blk < kBlocks; blk += LANES) {
+      V w[2];
+      load_block(blk, w[0], w[1]);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float v[8];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          v[2 * j] = bf16_lo(raw[i][4 * half + j]);
-          v[2 * j + 1] = bf16_hi(raw[i][4 * half + j]);
-        }
-        report_nonfinite(status, kStatusMoeGateUp, static_cast<uint64_t>(row), blk * 16 + half * 8, v);
+        float f[8];
+        w[half].to_float(f);
+        report_nonfinite(status, kStatusMoeGateUp, static_cast<uint64_t>(row), blk * 16 + half * 8, f);
       }
     }
     return;
   }
   const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
   if (lane == 0) row_scale[row] = s;
-  const float six_s = 6.0f * s;
+  const bool fast = row_scale_fast(s);
+  const nvfp4::Divisor six_s = nvfp4::make_divisor(nvfp4::kFp4Max * s);
+  if constexpr (HOLD) {
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int blk = lane + 32 * i;
-    if (blk >= kBlocks) continue;
-    float bamax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) bamax = fmaxf(bamax, fmaxf(fabsf(bf16_lo(raw[i][j])), fabsf(bf16_hi(raw[i][j]))));
-    // b = e4m3(bamax / (6 s)) (0 when s == 0), d = float(b) * s
-    float b = 0.0f;
-    const uint8_t b_bits = (s == 0.0f) ? uint8_t(0) : nvfp4::e4m3_round(__fdiv_rn(bamax, six_s), &b);
-    const float d = b * s;
-    uint32_t packed[2] = {0u, 0u};
-    uint32_t bits = 0u;
-    uint32_t deq[8];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t c = (d == 0.0f) ? 0u : nvfp4::e2m1_code(__fdiv_rn(j % 2 ? bf16_hi(raw[i][j / 2]) : bf16_lo(raw[i][j / 2]), d));
-      packed[j / 8] |= c << (4 * (j % 8));
-      bits |= (c & 1u) << j;
-      const float v = nvfp4::code_value(c) * b;  // exact in BF16
-      const __nv_bfloat16 vb = __float2bfloat16_rn(v);
-      const uint32_t vbits = *reinterpret_cast<const uint16_t*>(&vb);
-      if (j % 2 == 0) deq[j / 2] = vbits; else deq[j / 2] |= vbits << 16;
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + LANES * i < kBlocks)
+        round_block_nvfp4<D>(lane + LANES * i, v[i][0], v[i][1], row, s, fast, six_s, codes, block_scales, dequant,
+                             mantissa_bits);
+  } else {
+#pragma unroll 1
+    for (int blk = lane; blk < kBlocks; blk += LANES) {  // pass 2: one block at a time, from L2 again
+      V lo, hi;
+      load_block(blk, lo, hi);
+      round_block_nvfp4<D>(blk, lo, hi, row, s, fast, six_s, codes, block_scales, dequant, mantissa_bits);
     }
-    const int64_t d_half = D / 2, d_16 = D / 16, d_8 = D / 8;
-    *reinterpret_cast<uint2*>(codes + row * d_half + blk * 8) = make_uint2(packed[0], packed[1]);
-    block_scales[row * d_16 + blk] = b_bits;
-    uint4* dq = reinterpret_cast<uint4*>(dequant + row * D + blk * 16);
-    dq[0] = make_uint4(deq[0], deq[1], deq[2], deq[3]);
-    dq[1] = make_uint4(deq[4], deq[5], deq[6], deq[7]);
-    *reinterpret_cast<uint16_t*>(mantissa_bits + row * d_8 + blk * 2) = static_cast<uint16_t>(bits);
+  }
+}
+
+// The complete rows row0 .. row0 + rows of h [M, D] by WARPS warps (this one: `warp`), a row per
+// warp (decode tiles) or, with its blocks held in registers, per half warp up to D = 1024 and per warp
+// beyond (WIDE: tiles of >= 64 rows).
+template <int D, bool WIDE, int WARPS>
+__device__ __forceinline__ void quantize_rows_nvfp4(const __nv_bfloat16* h, int row0, int rows, int warp, int lane,
+                                                    uint8_t* codes, uint8_t* block_scales, float* row_scale,
+                                                    __nv_bfloat16* dequant, uint8_t* mantissa_bits,
+                                                    uint32_t* status) {
+  constexpr int kLanes = WIDE && D / 16 <= 64 ? 16 : 32;  // at most 4 held blocks (32 registers) per lane
+  if constexpr (kLanes == 32) {
+    for (int n = warp; n < rows; n += WARPS)
+      quantize_row_nvfp4<D, 32, WIDE>(h + static_cast<size_t>(row0 + n) * D, row0 + n, true, lane, codes,
+                                      block_scales, row_scale, dequant, mantissa_bits, status);
+  } else {
+    for (int n0 = 2 * warp; n0 < rows; n0 += 2 * WARPS) {  // warp-uniform; a half warp past the end shuffles
+      const int n = n0 + lane / 16;
+      quantize_row_nvfp4<D, 16, WIDE>(h + static_cast<size_t>(row0 + n) * D, row0 + n, n < rows, lane % 16, codes,
+                                      block_scales, row_scale, dequant, mantissa_bits, status);
+    }
   }
 }
 

@@ -177,8 +177,8 @@ class RolloutEngine:
         tensors in place (addresses stay stable). In nvfp4 mode routed-expert weights are NVFP4
         quantized from the source tensor (one FP32 scale per expert), exactly as the trainer's
         ``expert_w`` site quantizes them: fake-quantized into the model's tensors (reference
-        backend) or by the ``refit_weights`` kernel into the packed buffers the MoE GEMMs read
-        (kernels backend). Returns the seconds taken (device work included); ``last_refit`` has
+        backend) or by ``ops.refit_weights_packed_`` straight into the packed buffers the MoE GEMMs
+        read (kernels backend). Returns the seconds taken (device work included); ``last_refit`` has
         them with the quantization's own seconds and GB/s over the engine's BF16 expert bytes."""
         with nvtx_range("rollout/refit"):
             start = time.perf_counter()
@@ -210,8 +210,8 @@ class RolloutEngine:
             return seconds
 
     def _refit_packed(self, sources):
-        """refit_weights + layout permutation for every packed expert tensor; returns a callable
-        giving the seconds they took (CUDA events, read after the caller's sync)."""
+        """refit_weights_packed_ (quantization into the packed layout, one op) for every packed expert
+        tensor; returns a callable giving the seconds they took (CUDA events, read after the caller's sync)."""
         cuda = self.device.type == "cuda"
         if cuda:
             t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -2,9 +2,9 @@
 
 ``PackedExperts`` holds every MoE layer's expert weights in the layout the MoE GEMM reads
 (``moe_layout.MoEWeights``; gate/up interleaved), allocated once: ``refit`` quantizes new weights
-with the ``refit_weights`` kernel into natural-layout staging buffers (one set per weight shape,
-shared by the layers) and permutes them into place, so the addresses a captured CUDA graph holds
-never change.
+straight into them with ``ops.refit_weights_packed_`` (one op: refit_weights' numerics, the packed,
+encoded layout written in place; no natural-layout staging), so the addresses a captured CUDA graph
+holds never change.
 
 ``KernelQuantizer`` is the ``Quantizer`` the model sees in this mode. It takes over the whole MoE
 block (``run_moe``, called by ``SparseMoeBlock``): router -> ``kernel_routing`` -> one
@@ -34,7 +34,7 @@ from torch import Tensor
 
 from trace_kernels import moe_gemm, moe_gemm_ref, moe_layout, nvfp4
 from trace_kernels import ops as tk_ops
-from trace_rl.engine.kernel_layout import GuidanceParts, empty_moe_weights, kernel_routing, pack_gate_up_
+from trace_rl.engine.kernel_layout import GuidanceParts, empty_moe_weights, kernel_routing
 from trace_rl.model.moe import route
 from trace_rl.quant import GuidanceRecorder, TokenIndex
 
@@ -115,7 +115,6 @@ class PackedExperts:
         self.gate_up: dict[int, moe_layout.MoEWeights] = {}  # layer -> [E, 2I, H] interleaved
         self.down: dict[int, moe_layout.MoEWeights] = {}  # layer -> [E, H, I]
         self.param_site: dict[str, tuple[int, str]] = {}  # parameter name -> (layer, gate_up|down)
-        self._staging: dict[tuple[int, int, int], nvfp4.NVFP4Tensor] = {}  # natural layout per shape
         for l, layer in enumerate(model.model.layers):
             if not layer.is_moe:
                 continue
@@ -124,18 +123,15 @@ class PackedExperts:
                 E, N, K = p.shape
                 table[l] = empty_moe_weights(E, N, K, self.device)
                 self.param_site[f"model.layers.{l}.mlp.w_{name}"] = (l, name)
-                if (E, N, K) not in self._staging:
-                    self._staging[(E, N, K)] = tk_ops.allocate_refit_buffers(E, N, K, self.device)
 
     def refit(self, layer: int, name: str, w: Tensor) -> None:
         """w [E, N, K] (any float dtype the kernel takes, on the engine's device) -> packed, in place.
-        Per expert exactly ``nvfp4.quantize(w[e], scale="tensor")`` (refit_weights is bit-exact)."""
-        stage = self._staging[tuple(w.shape)]
-        tk_ops.refit_weights(w.contiguous(), stage)
+        Per expert exactly ``nvfp4.quantize(w[e], scale="tensor")``; gate_up rows [gate; up] are stored
+        interleaved (= refit_weights + ``pack_gate_up_`` / ``pack_weights_``, bit for bit)."""
         if name == "gate_up":
-            pack_gate_up_(self.gate_up[layer], stage.codes, stage.block_scales, stage.scale)
+            tk_ops.refit_weights_packed_(w.contiguous(), self.gate_up[layer], groups=2)
         else:
-            moe_layout.pack_weights_(self.down[layer], stage.codes, stage.block_scales, stage.scale)
+            tk_ops.refit_weights_packed_(w.contiguous(), self.down[layer], groups=1)
 
     def tensors(self) -> list[Tensor]:
         return [t for table in (self.gate_up, self.down) for w in table.values()

@@ -51,9 +51,12 @@ class TileConfig:
 # sweep in profiling/results/moe_gemm_h200.json (qwen3-30b-a3b, fused gate_up): TN=8 is fastest up to
 # 4 rows/expert (T=64: 0.212 vs 0.243 ms for TN=32), TN=32 from 8 to 16 (T=128: 0.247 vs 0.273;
 # T=256: 0.263 vs 0.457 for TN=8, 0.377 for TN=128), TN=128 from 64 (T=1024: 0.518 vs 0.703).
+# The decode tiles ask for 4 CTAs/SM (64 registers): without that bound ptxas gives the fused gate_up
+# kernels 95-119 registers for the epilogue's row quantization (2 CTAs/SM), while the main loop and
+# the plain and down kernels need 46-60 (H200 2026-12-02: fused 30B T=64 0.122 ms at 2 CTAs/SM).
 TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
-    (6.0, TileConfig(tile_tokens=8, stages=8)),
-    (32.0, TileConfig(tile_tokens=32, stages=6)),
+    (6.0, TileConfig(tile_tokens=8, stages=8, min_blocks=4)),
+    (32.0, TileConfig(tile_tokens=32, stages=6, min_blocks=4)),
     (float("inf"), TileConfig(tile_tokens=128, stages=4)),
 )
 
