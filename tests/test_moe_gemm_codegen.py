@@ -149,6 +149,24 @@ def test_async_epilogue_tile_names_only_the_fused_kernel():
         codegen.gemm_spec(shape, "gate_up_swiglu", codegen.TileConfig(8, 4, async_epilogue=True))
 
 
+def test_fused_min_blocks_bounds_only_the_fused_kernel():
+    """fused_min_blocks tightens __launch_bounds__ of the v1 fused gate_up alone (its epilogue would set the
+    occupancy); the plain and down kernels of the tile keep min_blocks."""
+    shape = shapes.preset("qwen3-30b-a3b")
+    tile = codegen.TILE_TABLE[0][1]
+    assert tile.fused_min_blocks == 4 and tile.min_blocks == 2
+    fused = codegen.gemm_spec(shape, "gate_up_swiglu", tile)
+    assert fused.launch["min_blocks"] == 4 and "__launch_bounds__(256, 4)" in fused.render()
+    for kind in ("gate_up", "down_routed"):
+        spec = codegen.gemm_spec(shape, kind, tile)
+        assert spec.launch["min_blocks"] == 2 and "__launch_bounds__(256, 2)" in spec.render()
+    off_table = codegen.TileConfig(8, 6, fused_min_blocks=3)
+    assert "_mb3_" in codegen.gemm_spec(shape, "gate_up_swiglu", off_table).name
+    assert "_mb2_" in codegen.gemm_spec(shape, "down_routed", off_table).name
+    with pytest.raises(ValueError, match="v1 knob"):
+        codegen.gemm_spec(shape, "gate_up_swiglu", codegen.TileConfig(8, 5, variant="ws", fused_min_blocks=4))
+
+
 def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
     """ws stages need K % 128 == 0: a K=64 shape (the engine's tiny-kernels preset) gets v1's tile."""
     decode_rows = 1  # 1/8 row per expert: the band auto gives to ws

@@ -44,6 +44,10 @@ class TileConfig:
     m_tiles: int = 1  # ws: 64-row weight tiles per consumer warpgroup (2: half the activation re-reads)
     # ws fused gate_up: tile counter + last-CTA quantization on the producer warpgroup's spare warps
     async_epilogue: bool = False
+    # v1 fused gate_up only: __launch_bounds__ min CTAs per SM (0: min_blocks). The epilogue's row
+    # quantization would otherwise set the kernel's register count (and so its occupancy), while the
+    # plain and down kernels of the same tile run best with min_blocks' looser bound.
+    fused_min_blocks: int = 0
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -51,12 +55,13 @@ class TileConfig:
 # sweep in profiling/results/moe_gemm_h200.json (qwen3-30b-a3b, fused gate_up): TN=8 is fastest up to
 # 4 rows/expert (T=64: 0.212 vs 0.243 ms for TN=32), TN=32 from 8 to 16 (T=128: 0.247 vs 0.273;
 # T=256: 0.263 vs 0.457 for TN=8, 0.377 for TN=128), TN=128 from 64 (T=1024: 0.518 vs 0.703).
-# The decode tiles ask for 4 CTAs/SM (64 registers): without that bound ptxas gives the fused gate_up
-# kernels 95-119 registers for the epilogue's row quantization (2 CTAs/SM), while the main loop and
-# the plain and down kernels need 46-60 (H200 2026-12-02: fused 30B T=64 0.122 ms at 2 CTAs/SM).
+# The decode tiles' fused gate_up asks for 4 CTAs/SM (64 registers): without that bound ptxas gives it
+# 92-119 registers for the epilogue's row quantization (2 CTAs/SM; H200 2026-12-02, 30B T=64: fused
+# 0.122 ms vs 0.106 at 4 CTAs/SM), while its main loop needs ~50. The plain and down kernels keep
+# min_blocks=2 (50 registers, 4 CTAs/SM by shared memory): bounded at 4 they ran 4-7% slower.
 TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
-    (6.0, TileConfig(tile_tokens=8, stages=8, min_blocks=4)),
-    (32.0, TileConfig(tile_tokens=32, stages=6, min_blocks=4)),
+    (6.0, TileConfig(tile_tokens=8, stages=8, fused_min_blocks=4)),
+    (32.0, TileConfig(tile_tokens=32, stages=6, fused_min_blocks=4)),
     (float("inf"), TileConfig(tile_tokens=128, stages=4)),
 )
 
@@ -216,6 +221,8 @@ def check_tile(tile: TileConfig, k: int) -> None:
         raise ValueError(f"unknown MoE GEMM variant {tile.variant!r}; known: {', '.join(TILE_TABLES)}")
     if tile.variant != "ws" and (tile.m_tiles != 1 or tile.chunks_per_stage != 1 or tile.async_epilogue):
         raise ValueError(f"m_tiles, chunks_per_stage and async_epilogue are ws knobs: {tile}")
+    if tile.variant == "ws" and tile.fused_min_blocks:
+        raise ValueError(f"fused_min_blocks is a v1 knob (ws splits registers by min_blocks): {tile}")
     if tile.variant == "ws":
         cps = tile.chunks_per_stage
         if tile.m_tiles not in (1, 2) or (tile.m_tiles > 1 and tile.overlap):
@@ -239,6 +246,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     async_epilogue = tile.async_epilogue and epilogue == "SwigluQuant"  # other epilogues: the same kernel
     smem = smem_bytes(replace(tile, async_epilogue=async_epilogue), nwg, shape.experts)
     threads = threads_for(tile, nwg)
+    min_blocks = tile.fused_min_blocks if epilogue == "SwigluQuant" and tile.fused_min_blocks else tile.min_blocks
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
     table_tile = any(tile == t for _, t in TILE_TABLE) and not tile.warpgroups
     if tile.variant == "ws":
@@ -248,13 +256,13 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     elif table_tile:
         extra = {}
     else:
-        extra = {"st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
+        extra = {"st": tile.stages, "mb": min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
                  "ov": int(tile.overlap)}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
     params = {"experts": shape.experts, "n": n, "k": k, "tile_tokens": tile.tile_tokens, "warpgroups": nwg,
-              "stages": tile.stages, "min_blocks": tile.min_blocks, "epilogue": epilogue,
+              "stages": tile.stages, "min_blocks": min_blocks, "epilogue": epilogue,
               "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false",
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
               "m_tiles": tile.m_tiles,
@@ -262,7 +270,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
               "block_rows": 64 * nwg * tile.m_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
-              "persistent": tile.variant == "ws", "min_blocks": tile.min_blocks, "warpgroups": nwg}
+              "persistent": tile.variant == "ws", "min_blocks": min_blocks, "warpgroups": nwg}
     return KernelSpec(op="moe_gemm", name=name, template="moe_gemm.cu.jinja", params=params, launch=launch,
                       headers=HEADERS, needs_cutlass=True)
 
