@@ -465,7 +465,7 @@ def summarize(rows: list[dict]) -> list[str]:
             lines.append(f"prompt {p}: nvfp4 / bf16 decode tokens/s = {fp / bf:.2f}x")
         if fp and fpc:
             # arms run one after the other, each timing its first full-length generate: on the H200 this
-            # unpaired difference (28-33% at batch 64) is far from the paired cost --capture-ab-generate
+            # unpaired difference (20-33% at batch 64) is far from the paired cost --capture-ab-generate
             # measures on the same configuration (+2.8% per decode step), so it is not called the cost
             lines.append(f"prompt {p}: nvfp4 decode tokens/s with compact capture {100 * (fpc / fp - 1):+.1f}% "
                          "(unpaired arms; the capture cost is --capture-ab-generate's)")

@@ -10,7 +10,7 @@ from trace_kernels import moe_layout, moe_routing, nvfp4
 from trace_rl.config import load_preset
 from trace_rl.engine import EngineConfig, RolloutEngine, SamplingParams
 from trace_rl.engine.kernel_layout import (GuidanceLayout, empty_moe_weights, kernel_routing, kernel_support,
-                                           kv_kernel_support, pack_gate_up_)
+                                           kv_kernel_support)
 from trace_rl.engine.kernel_moe import EMULATED_OPS, KernelQuantizer
 from trace_rl.engine.sampler import sampling_logprobs
 from trace_rl.model import MoEForCausalLM
@@ -54,7 +54,9 @@ def random_nvfp4(E, N, K, gen):
 
 
 @pytest.mark.parametrize("E,I,H", [(3, 64, 128), (2, 128, 64)])
-def test_pack_gate_up_equals_interleave_then_pack(E, I, H):
+def test_gate_up_packing_equals_interleave_then_pack(E, I, H):
+    """store_fragments_(groups=2), the reference of the engine's refit (ops.refit_weights_packed_ on
+    w_gate_up, gate rows then up rows), folds the gate/up interleave into the pack permutation."""
     gen = torch.Generator().manual_seed(E * I + H)
     codes, bscales, scale = random_nvfp4(E, 2 * I, H, gen)
     want = moe_layout.pack_weights(
@@ -65,13 +67,13 @@ def test_pack_gate_up_equals_interleave_then_pack(E, I, H):
     dst = empty_moe_weights(E, 2 * I, H, "cpu")
     dst.codes.fill_(0xAB)  # poisoned: every byte must be written
     ptrs = [dst.codes.data_ptr(), dst.block_scales.data_ptr(), dst.scale.data_ptr()]
-    pack_gate_up_(dst, codes, bscales, scale)
+    moe_layout.store_fragments_(dst, codes, bscales, scale, groups=2)
     assert torch.equal(dst.codes, want.codes)
     assert torch.equal(dst.block_scales.view(torch.uint8), want.block_scales.view(torch.uint8))
     assert torch.equal(dst.scale, want.scale)
     assert ptrs == [dst.codes.data_ptr(), dst.block_scales.data_ptr(), dst.scale.data_ptr()]
     with pytest.raises(ValueError):
-        pack_gate_up_(empty_moe_weights(E, 2 * I, 2 * H, "cpu"), codes, bscales, scale)
+        moe_layout.store_fragments_(empty_moe_weights(E, 2 * I, 2 * H, "cpu"), codes, bscales, scale, groups=2)
 
 
 @pytest.mark.parametrize("N,k,E", [(1, 2, 8), (37, 4, 16), (64, 8, 128)])

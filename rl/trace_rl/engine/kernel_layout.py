@@ -1,10 +1,6 @@
 """Host-side planning for the kernel-backed nvfp4 engine (pure torch, runs and is tested on CPU).
 
 - ``kernel_support(config, dtype)``: why the fused kernels cannot run a model (None if they can).
-- ``pack_gate_up_(dst, codes, block_scales, scale)``: natural per-expert NVFP4 of the model's
-  ``w_gate_up`` [E, 2I, H] (gate rows, then up rows) -> the MoE GEMM's fragment-ordered layout
-  with the gate/up rows interleaved, into preallocated buffers (one permuting, encoding pass per
-  tensor; = ``moe_layout.pack_weights(interleave_gate_up(gate, up))``, tested).
 - ``kernel_routing(experts, weights, E)``: the GEMM's ``MoERouting`` without a host sync
   (= ``moe_routing.route``, which reads values back; tested).
 - ``GuidanceLayout``: the byte layout of one token's guidance in a step's arena, uint8
@@ -20,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from trace_kernels.moe_layout import CHUNK_K, MoEWeights, empty_weights, store_fragments_
+from trace_kernels.moe_layout import CHUNK_K, empty_weights
 from trace_kernels.moe_routing import MoERouting
 from trace_rl.model.moe import sort_by_expert
 
@@ -55,16 +51,6 @@ def kv_kernel_support(config, block_size: int, page_format: str = "nvfp4") -> st
 
 
 empty_moe_weights = empty_weights  # zeroed packed weights [E, N, K] (allocated once; refit writes into them)
-
-
-def pack_gate_up_(dst: MoEWeights, codes: Tensor, block_scales: Tensor, scale: Tensor) -> MoEWeights:
-    """Natural NVFP4 of w_gate_up (codes [E, 2I, H/2], block_scales [E, 2I, H/16], scale [E]; rows
-    0..I-1 gate, I..2I-1 up) -> dst in the kernel layout, gate/up interleaved, in place.
-
-    Interleaved row r' = 64t + 16w + 8h + g (tile t, warp w, half h, lane group g) holds natural
-    row h*I + 32t + 8w + g (h = 0 gate, 1 up): the interleave folds into the packing's permutation.
-    """
-    return store_fragments_(dst, codes, block_scales, scale, groups=2)
 
 
 def kernel_routing(experts: Tensor, weights: Tensor, num_experts: int) -> MoERouting:

@@ -127,7 +127,7 @@ class PackedExperts:
     def refit(self, layer: int, name: str, w: Tensor) -> None:
         """w [E, N, K] (any float dtype the kernel takes, on the engine's device) -> packed, in place.
         Per expert exactly ``nvfp4.quantize(w[e], scale="tensor")``; gate_up rows [gate; up] are stored
-        interleaved (= refit_weights + ``pack_gate_up_`` / ``pack_weights_``, bit for bit)."""
+        interleaved (= refit_weights + ``moe_layout.store_fragments_``, bit for bit)."""
         if name == "gate_up":
             tk_ops.refit_weights_packed_(w.contiguous(), self.gate_up[layer], groups=2)
         else:
