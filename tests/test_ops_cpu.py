@@ -460,3 +460,18 @@ def test_block_step_markstein_division_is_exact_in_the_fast_range():
         q1 = _rn32(_rn32(xq - d * Fraction(float(q0))) * Fraction(float(r)) + Fraction(float(q0)))
         q2 = _rn32(_rn32(xq - d * Fraction(float(q1))) * Fraction(float(r)) + Fraction(float(q1)))
         assert q2 == _rn32(xq / d), (float(x), float(six_s))
+
+
+def test_status_op_bits_are_distinct_and_named():
+    """Every status-word op bit is declared once, in status.cuh's StatusOp, and named in STATUS_OPS
+    (kv_append and the fused MoE epilogue once shared bit 8, so one was reported as the other)."""
+    import re
+    from trace_kernels import paths
+    from trace_kernels.ops._common import STATUS_OPS
+    include = paths.include_dir() / "trace_kernels"
+    enum = re.search(r"enum StatusOp : uint32_t \{(.*?)\};", (include / "status.cuh").read_text(), re.S).group(1)
+    bits = {name: int(value) for name, value in re.findall(r"(kStatus\w+) = (\d+)u", enum)}
+    assert sorted(bits.values()) == sorted(STATUS_OPS) and len(set(bits.values())) == len(bits)
+    assert all(b & (b - 1) == 0 for b in bits.values())
+    for header in include.glob("*.cuh"):  # no kernel declares its own bit
+        assert not re.search(r"constexpr\s+\w+\s+kStatus\w+\s*=", header.read_text()), header.name

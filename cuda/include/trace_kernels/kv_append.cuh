@@ -21,8 +21,6 @@
 
 namespace trace_kernels {
 
-constexpr uint32_t kStatusKvAppend = 8u;  // status word op bit (next to status.cuh's)
-
 template <int D_, int HKV_, int CTA_, int BLOCKS_PER_THREAD_ = 1>
 struct KvAppendNvfp4Config {
   static constexpr int D = D_;

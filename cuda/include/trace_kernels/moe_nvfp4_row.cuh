@@ -18,9 +18,6 @@
 
 namespace trace_kernels::moe {
 
-// Status-word op bit of the fused gate_up epilogue (status.cuh's StatusOp uses 1, 2, 4).
-constexpr uint32_t kStatusMoeGateUp = 8u;
-
 // Block blk of a row with row scale s: its codes, E4M3 scale, BF16 operand and guidance bits.
 template <int D>
 __device__ __forceinline__ void round_block_nvfp4(int blk, const Vec8<__nv_bfloat16>& lo,

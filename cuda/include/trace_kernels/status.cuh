@@ -11,10 +11,14 @@
 
 namespace trace_kernels {
 
+// One bit per reporting op (trace_kernels.ops._common.STATUS_OPS names them; a CPU test checks both
+// lists agree). refit_weights_packed_ reports on refit's bit: same input, same rows.
 enum StatusOp : uint32_t {
   kStatusQuantize = 1u,
   kStatusGuidedFakeQuantize = 2u,
   kStatusRefitWeights = 4u,
+  kStatusMoeGateUp = 8u,    // the MoE GEMM's fused SwiGLU epilogue (moe_nvfp4_row.cuh)
+  kStatusKvAppend = 16u,    // kv_append (kv_append.cuh)
 };
 
 // Record the non-finite elements among 8 values at (row, col0..col0+7). Slow path: only called

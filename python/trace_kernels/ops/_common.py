@@ -82,7 +82,7 @@ def check_cuda_device(t: torch.Tensor) -> int:
 # ---------------------------------------------------------------------------------------------
 
 STATUS_OPS = {1: "nvfp4_quantize", 2: "nvfp4_guided_fake_quantize", 4: "nvfp4_refit_weights",
-              8: "moe_gemm_gate_up_swiglu"}
+              8: "moe_gemm_gate_up_swiglu", 16: "kv_append"}  # status.cuh StatusOp
 _status: dict[int, torch.Tensor] = {}
 _status_lock = threading.Lock()
 
