@@ -187,10 +187,10 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
                                              make_shape(Int<TN>{}, Int<detail::kChunkK>{}, Int<STAGES * CPS>{})));
 
   if (tid >= kConsumers) {
-    // ================= producer warpgroup: its first warp issues every copy =================
+    // ============ producer warpgroup: thread 0 issues the weight copies, warps gather rows ============
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (ASYNC_EPI && tid >= kConsumers + 32) {
-      if constexpr (ASYNC_EPI) {
+    if constexpr (ASYNC_EPI) {
+      if (tid >= kConsumers + 32) {
         // ---- epilogue warps (1..3 of this warpgroup): per item, once the consumers' h stores are
         // published on h_done (mbarrier release/acquire, CTA scope), count the token tile at GPU scope
         // (fence + atomic, cumulative over what this thread observed: the __syncthreads + one
@@ -219,8 +219,8 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
           ws::epilogue_sync();  // flag[1] is rewritten by the next item
           ws::mbar_arrive(&epi_free[slot]);
         }
+        return;
       }
-      return;
     }
     const int ptid = tid - kConsumers;  // 0 .. kGatherers-1
     const int num_items = items();

@@ -33,13 +33,11 @@ __device__ __forceinline__ uint8_t encode_scale(uint8_t b) {
   return static_cast<uint8_t>((__half_as_ushort(__float2half_rn(value)) >> 7) & 0xFF);
 }
 
-template <int GROUPS>
-__device__ __forceinline__ void pack_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
-                                            uint8_t* __restrict__ out_codes, uint8_t* __restrict__ out_scales,
-                                            const EncodeColumns& columns, int rows, int half_k, int64_t words) {
-  static_assert(GROUPS == 1 || GROUPS == 2, "GROUPS: 1 (plain rows) or 2 (gate/up interleave)");
-  __shared__ uint32_t table[4][256];  // table[byte][v]: encoded word of v in fragment byte `byte`
-  for (int v = threadIdx.x; v < 256; v += kThreads) {
+// table[byte][v] = the encoded word of value v in fragment byte `byte` (XOR of the encode columns
+// of v's set bits), built by the CTA's threads; the caller syncs before reading it.
+__device__ __forceinline__ void build_encode_tables(const EncodeColumns& columns, uint32_t (&table)[4][256],
+                                                    int tid, int threads) {
+  for (int v = tid; v < 256; v += threads) {
 #pragma unroll
     for (int byte = 0; byte < 4; ++byte) {  // constant parameter indices: no local copy of the columns
       uint32_t acc = 0;
@@ -49,6 +47,15 @@ __device__ __forceinline__ void pack_kernel(const uint8_t* __restrict__ codes, c
       table[byte][v] = acc;
     }
   }
+}
+
+template <int GROUPS>
+__device__ __forceinline__ void pack_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
+                                            uint8_t* __restrict__ out_codes, uint8_t* __restrict__ out_scales,
+                                            const EncodeColumns& columns, int rows, int half_k, int64_t words) {
+  static_assert(GROUPS == 1 || GROUPS == 2, "GROUPS: 1 (plain rows) or 2 (gate/up interleave)");
+  __shared__ uint32_t table[4][256];  // table[byte][v]: encoded word of v in fragment byte `byte`
+  build_encode_tables(columns, table, threadIdx.x, kThreads);
   __syncthreads();
   const int64_t word = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (word >= words) return;

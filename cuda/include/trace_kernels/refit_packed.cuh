@@ -250,16 +250,7 @@ __device__ __forceinline__ void quantize_pack(const typename Cfg::T* __restrict_
     }
     cp_async_commit();
   }
-  for (int v = threadIdx.x; v < 256; v += kThreads) {  // while the first records load
-#pragma unroll
-    for (int byte = 0; byte < 4; ++byte) {
-      uint32_t acc = 0;
-#pragma unroll
-      for (int b = 0; b < 8; ++b)
-        if ((v >> b) & 1) acc ^= columns.column[8 * byte + b];
-      table[byte][v] = acc;
-    }
-  }
+  moe_pack::build_encode_tables(columns, table, threadIdx.x, kThreads);  // while the first records load
   __syncthreads();
 
   int expert = -1;

@@ -198,14 +198,22 @@ def validate(w: torch.Tensor, out: nvfp4.NVFP4Tensor) -> None:
             raise ValueError(f"out.{name} must be {dtype} {shape}, got {got}")
         if t.device != w.device:
             raise ValueError(f"out.{name} is on {t.device} but w is on {w.device}")
+    check_source(w)
+    if w.device.type == "cuda":
+        for name in expect:
+            check_tensor(getattr(out, name), f"out.{name}", aligned=name != "scale")
+
+
+def check_source(w: torch.Tensor) -> None:
+    """w [E, N, K] as the refit kernels (this op's and refit_weights_packed_'s) read it: device,
+    dtype, layout and their index limits; CPU tensors need only a floating dtype."""
+    experts, n, k = w.shape
     if w.device.type == "cuda":
         check_tensor(w, "w", dtypes=KERNEL_DTYPES)
         if n * k // 16 >= 2**31:
             raise ValueError("w: one expert holds too many blocks for 32-bit block indices")
         if experts > 65535:
-            raise ValueError(f"w: E={experts} experts; the kernels put experts on the grid's y axis (at most 65535)")
-        for name in expect:
-            check_tensor(getattr(out, name), f"out.{name}", aligned=name != "scale")
+            raise ValueError(f"w: E={experts} experts; the amax pass puts experts on the grid's y axis (at most 65535)")
     elif w.device.type == "cpu":
         if w.dtype not in (*KERNEL_DTYPES, torch.float64):
             raise TypeError(f"w must be a floating tensor, got {w.dtype}")
