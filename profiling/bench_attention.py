@@ -101,8 +101,10 @@ def launch_geometry(fmt: str, batch: int, length: int, variant: str) -> dict:
     from trace_kernels.codegen.ops import decode_attention as codegen
     from trace_kernels.runtime import kernel_for, multiprocessor_count
     spec = codegen.spec(fmt, HQ, HKV, D, P, variant)
-    resident = attention._resident_ctas(kernel_for(spec), spec.name, 0, spec.launch["threads"])
-    ctas_per_split = HKV * spec.launch["head_groups"]
+    kernel, smem = kernel_for(spec), spec.launch.get("smem", 0)
+    kernel.allow_dynamic_smem(0, smem)
+    resident = attention._resident_ctas(kernel, spec.name, 0, spec.launch["threads"], smem)
+    ctas_per_split = spec.launch["ctas_per_split"]
     splits, per_split = attention.plan_splits(batch, ctas_per_split, -(-length // P) * P, spec.launch["tile_tokens"],
                                               resident)
     return {"kernel": spec.name, "threads": spec.launch["threads"], "stages": spec.launch["stages"],
@@ -231,11 +233,17 @@ def print_decode_table(rows: list, contenders: list) -> None:
 
 
 def expand_variants(text: str) -> list[str]:
-    """The comma list of NVFP4 variants, 'sweep' expanded to mma2 + MMA2_SWEEP_VARIANTS."""
+    """The comma list of NVFP4 variants, 'sweep' expanded to mma2 + MMA2_SWEEP_VARIANTS, 'sweep4' to
+    MMA4_SWEEP_VARIANTS (mma4: whole pages per CTA)."""
     from trace_kernels.codegen.ops import decode_attention
     out = []
     for v in (v for v in text.split(",") if v):
-        out += ["mma2", *decode_attention.MMA2_SWEEP_VARIANTS] if v == "sweep" else [v]
+        if v == "sweep":
+            out += ["mma2", *decode_attention.MMA2_SWEEP_VARIANTS]
+        elif v == "sweep4":
+            out += list(decode_attention.MMA4_SWEEP_VARIANTS)
+        else:
+            out.append(v)
     return list(dict.fromkeys(out))
 
 
@@ -258,8 +266,8 @@ def build_kernels(jobs: int, nvfp4_variants: list[str] = (), named_only: bool = 
     else:
         specs = kv_testing.kernel_specs() + [decode_attention.spec("nvfp4", hq, hkv, d, p, "mma3")
                                              for hq, hkv, d, p in kv_testing.TEST_SHAPES]
-        configured = [v for v in nvfp4_variants if decode_attention.mma2_config(v) and
-                      v not in decode_attention.MMA2_TEMPLATES]
+        configured = [v for v in nvfp4_variants if (decode_attention.mma2_config(v) and
+                      v not in decode_attention.MMA2_TEMPLATES) or decode_attention.mma4_config(v)]
     specs += [decode_attention.spec("nvfp4", hq, hkv, d, p, v) for v in configured
               for hq, hkv, d, p in decode_attention.MMA2_SWEEP_TEST_SHAPES]
     specs = list({s.name: s for s in specs}.values())

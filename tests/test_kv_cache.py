@@ -230,6 +230,48 @@ def test_mma2_sweep_configurations():
         decode_attention.spec("bf16", 32, 4, 128, 16, "mma2_w1s2")
 
 
+def test_mma4_configurations():
+    """mma4 (whole pages per CTA): one CTA per (sequence, split, head group), dynamic shared memory
+    sized like the header's stage layout, min blocks for 16 warps per SM, unsupported shapes refused."""
+    from trace_kernels.codegen.ops import decode_attention
+    default = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4")
+    assert default.name == "decode_attention_nvfp4_mma4_hq32_hkv4_d128_p16_sm90a"
+    launch = default.launch
+    assert (launch["threads"], launch["tile_tokens"], launch["stages"], launch["ctas_per_split"]) == (256, 64, 2, 1)
+    # stage: 64 tokens x 4 heads x (K, V) x (64 code + 8 scale + 4 row-scale bytes) + mbarrier, 128-aligned
+    assert launch["smem"] == 2 * (-(-(64 * 4 * 2 * 76 + 8) // 128) * 128) == 78080
+    src = default.render()
+    assert "__launch_bounds__(Config::kThreads, 2)" in src and "/*WARPS_PER_HEAD=*/2, /*STAGES=*/2" in src
+    assert "decode_attention_mma4<Config, /*kLean=*/false>" in src
+    assert "/*kLean=*/true" in decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l").render()
+    w1 = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l_w1s2b4")
+    assert w1.name == "decode_attention_nvfp4_mma4l_w1s2b4_hq32_hkv4_d128_p16_sm90a" and w1.launch["threads"] == 128
+    gqa16 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma4").launch
+    assert (gqa16["head_groups"], gqa16["ctas_per_split"]) == (2, 2)
+    assert decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2").launch["ctas_per_split"] == 4  # one kv head each
+    assert "__launch_bounds__(Config::kThreads, 1)" in decode_attention.spec("nvfp4", 8, 8, 64, 16, "mma4").render()
+    assert "__launch_bounds__(Config::kThreads, 3)" in decode_attention.spec("nvfp4", 32, 4, 128, 16,
+                                                                             "mma4_w1s3b3").render()
+    for variant in decode_attention.MMA4_SWEEP_VARIANTS:
+        for shape in decode_attention.MMA2_SWEEP_TEST_SHAPES:
+            assert variant in decode_attention.spec("nvfp4", *shape, variant).name
+    for shape, bad, match in (((32, 4, 128, 24), "mma4", "page size"), ((32, 4, 128, 16), "mma4_w3s2", "warps"),
+                              ((32, 4, 128, 16), "mma4_w4s3", "shared memory"),
+                              ((256, 16, 128, 16), "mma4_w4s2", "warps per CTA")):
+        with pytest.raises(ValueError, match=match):
+            decode_attention.spec("nvfp4", *shape, bad)
+    with pytest.raises(ValueError, match="NVFP4 pages only"):
+        decode_attention.spec("bf16", 32, 4, 128, 16, "mma4")
+    # the public op accepts the variant (CPU tensors: the reference) and refuses shapes it does not take
+    c = _case()
+    out = attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths, variant="mma4")
+    ref = attention.decode_attention_reference(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths)
+    assert torch.equal(out, ref)
+    c24 = kv_testing.make_case([20, 5], 8, 2, 64, 24, "nvfp4", seed=9)
+    with pytest.raises(ValueError, match="page size"):
+        attention.decode_attention(c24.q, c24.k_cache, c24.v_cache, c24.block_table, c24.lengths, variant="mma4")
+
+
 @pytest.mark.nvcc
 def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
@@ -238,7 +280,9 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     from trace_kernels.jit import compiler
     nvcc = compiler.find_nvcc()
     specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16), decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2"),
-             decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3"), kv_codegen.spec("nvfp4", 4, 128)]
+             decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3"),
+             decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4"),
+             kv_codegen.spec("nvfp4", 4, 128)]
 
     def build(spec):
         src = tmp_path / f"{spec.name}.cu"

@@ -155,12 +155,12 @@ def plan_splits(batch: int, ctas_per_split: int, max_tokens: int, tile_tokens: i
 _resident: dict[tuple[str, int], int] = {}
 
 
-def _resident_ctas(kernel, name: str, device: int, threads: int) -> int:
+def _resident_ctas(kernel, name: str, device: int, threads: int, smem: int = 0) -> int:
     key = (name, device)
     if key not in _resident:
         from trace_kernels.runtime import multiprocessor_count
         try:
-            per_sm = kernel.max_active_blocks_per_sm(device, threads)
+            per_sm = kernel.max_active_blocks_per_sm(device, threads, smem)
         except Exception:  # occupancy query unavailable: assume 3 (the register-limited count at D = 128)
             per_sm = 3
         _resident[key] = max(1, per_sm) * multiprocessor_count(device)
@@ -186,9 +186,11 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
     if variant is None:
         variant = DEFAULT_NVFP4_VARIANT if geom.nvfp4 else DEFAULT_BF16_VARIANT
     spec = codegen.spec(fmt, hq, geom.kv_heads, d, geom.page_size, variant)
-    ctas_per_split = geom.kv_heads * spec.launch["head_groups"]
+    ctas_per_split = spec.launch["ctas_per_split"]  # kv heads x head groups, or head groups (mma4: whole pages)
     kernel = kernel_for(spec)
-    resident = _resident_ctas(kernel, spec.name, device, spec.launch["threads"])
+    smem = spec.launch.get("smem", 0)  # dynamic shared memory (mma4)
+    kernel.allow_dynamic_smem(device, smem)
+    resident = _resident_ctas(kernel, spec.name, device, spec.launch["threads"], smem)
     splits, per_split = plan_splits(b, ctas_per_split, block_table.shape[1] * geom.page_size,
                                     spec.launch["tile_tokens"], resident, num_splits)
     o_part = lse = None
@@ -206,7 +208,7 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
                            _default_scale(softmax_scale, d) * math.log2(math.e))
     with nvtx.annotate("decode_attention"):
         kernel.launch(device, (ctas_per_split, splits, b), (spec.launch["threads"],),
-                                [((lambda s: s), params)])
+                      [((lambda s: s), params)], smem=smem)
         if splits > 1:
             combine = codegen.combine_spec(d)
             kernel_for(combine).launch(device, (b * hq,), (combine.launch["threads"],),

@@ -106,9 +106,11 @@ def _decode_case(cache_format, lengths, hq, hkv, d, p):
     return case, k_dev, v_dev
 
 
-KERNELS = [("nvfp4", "simt"), ("nvfp4", "mma"), ("nvfp4", "mma2"), ("nvfp4", "mma3"), ("bf16", "simt"),
-           ("bf16", "mma")]
-NVFP4_VARIANTS = ["simt", "mma", "mma2", "mma3"]
+KERNELS = [("nvfp4", "simt"), ("nvfp4", "mma"), ("nvfp4", "mma2"), ("nvfp4", "mma3"), ("nvfp4", "mma4"),
+           ("bf16", "simt"), ("bf16", "mma")]
+NVFP4_VARIANTS = ["simt", "mma", "mma2", "mma3", "mma4"]
+# every occupancy configuration: mma2 / mma3 (one kv head per CTA) and mma4 (whole pages per CTA)
+SWEEP_VARIANTS = decode_attention_codegen.MMA2_SWEEP_VARIANTS + decode_attention_codegen.MMA4_SWEEP_VARIANTS
 
 
 @pytest.mark.parametrize("num_splits", [None, 1, 3])
@@ -124,7 +126,7 @@ def test_decode_attention_matches_reference(cache_format, variant, lengths, hq, 
     err = (out - ref).abs()
     # FP32 in both, different summation order; each then rounded to BF16 (one ulp = 2^-8 relative).
     # mma, mma2, mma3: the softmax weights enter the P.V product in FP16 (NVFP4, 2^-11) / BF16 (2^-8) each.
-    slack = {"simt": 1e-4, "mma": 2e-3, "mma2": 2e-3, "mma3": 2e-3}[variant] * (4 if (cache_format, variant) == ("bf16", "mma") else 1)
+    slack = {"simt": 1e-4}.get(variant, 2e-3) * (4 if (cache_format, variant) == ("bf16", "mma") else 1)
     bound = ref.abs() * 2**-7 + slack * ref.abs().amax(dim=-1, keepdim=True)
     assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
     rel = float((out - ref).norm() / ref.norm())
@@ -186,7 +188,7 @@ SWEEP_CASES = [  # lengths, Hq, Hkv, D, P: one per MMA2_SWEEP_TEST_SHAPES
 
 @pytest.mark.parametrize("num_splits", [None, 3])
 @pytest.mark.parametrize("lengths,hq,hkv,d,p", SWEEP_CASES)
-@pytest.mark.parametrize("variant", decode_attention_codegen.MMA2_SWEEP_VARIANTS)
+@pytest.mark.parametrize("variant", SWEEP_VARIANTS)
 def test_sweep_config_matches_reference(variant, lengths, hq, hkv, d, p, num_splits):
     """The occupancy configurations of mma2 / mma3 (warps, stages) compute what the default does."""
     case, k_dev, v_dev = _decode_case("nvfp4", lengths, hq, hkv, d, p)
@@ -200,7 +202,7 @@ def test_sweep_config_matches_reference(variant, lengths, hq, hkv, d, p, num_spl
     assert float((out - ref).norm() / ref.norm()) < 3e-3
 
 
-@pytest.mark.parametrize("variant", decode_attention_codegen.MMA2_SWEEP_VARIANTS)
+@pytest.mark.parametrize("variant", SWEEP_VARIANTS)
 def test_sweep_config_growing_scores(variant):
     """The rescale paths (eager and mma3's lazy one) at each configuration's tile size."""
     case = _growing_scores_case((3000, 700, 5, 129), 32, 4, 128, 16, seed=11)
@@ -213,14 +215,40 @@ def test_sweep_config_growing_scores(variant):
     assert ((out - ref).abs() <= bound).all()
 
 
-def test_decode_attention_cuda_graph():
+@pytest.mark.parametrize("num_splits", [None, 3])
+@pytest.mark.parametrize("variant", ["mma2", "mma4", "mma4_w1s2", "mma4_w4s2"])
+@pytest.mark.parametrize("lengths,hq,hkv,d,p", [([70, 1, 1000, 33], 32, 4, 128, 16), ([100, 5, 31], 8, 1, 64, 64)])
+def test_decode_ignores_bytes_past_the_end(variant, lengths, hq, hkv, d, p, num_splits):
+    """Slots past a sequence's end hold 0xFF (NaN block and row scales) and the block table past its
+    pages holds ids far outside the cache: no variant may read a wrong page or let those bytes reach
+    the output (mma4 copies whole pages, so the tail of a sequence's last page is in shared memory)."""
+    case, k_dev, v_dev = _decode_case("nvfp4", lengths, hq, hkv, d, p)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
+    used = torch.zeros(k_dev.codes.shape[0] * p, dtype=torch.bool)
+    used[case.slot_mapping] = True
+    dirty_k, dirty_v = kv_testing.pages_to(k_dev, DEV), kv_testing.pages_to(v_dev, DEV)
+    for pages in (dirty_k, dirty_v):
+        for t in kv_cache.page_tensors(pages):
+            flat = t.view(torch.uint8).view(used.numel(), -1)  # [slots, bytes of a slot]
+            flat[~used.to(DEV)] = 0xFF
+    assert int((table.cpu() == kv_testing.UNUSED_PAGE).sum()) > 0  # ids past the pages: never read
+    out = attention.decode_attention(q, dirty_k, dirty_v, table, lens, num_splits=num_splits, variant=variant,
+                                     check_values=False).float()
+    assert torch.isfinite(out).all()
+    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
+    assert ((out - ref).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("variant", [None, "mma4"])
+def test_decode_attention_cuda_graph(variant):
     case, k_dev, v_dev = _decode_case("nvfp4", [100, 900], 32, 4, 128, 16)
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
-    ref = attention.decode_attention(q, k_dev, v_dev, table, lens)
+    ref = attention.decode_attention(q, k_dev, v_dev, table, lens, variant=variant)
     graph = torch.cuda.CUDAGraph()
-    attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False)  # warm up (JIT, module load)
+    attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False, variant=variant)  # warm up
     with torch.cuda.graph(graph):
-        out = attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False)
+        out = attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False, variant=variant)
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()

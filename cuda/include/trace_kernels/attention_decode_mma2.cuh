@@ -64,6 +64,15 @@ struct DecodeAttentionMma2Config {
   static_assert(G >= 1 && G <= 8 && GROUP % G == 0, "up to 8 q heads per CTA (the N of one MMA)");
   static_assert((TT * (kCodeBytes / 16)) % kThreads == 0 && TT % kThreads == 0, "whole loader passes");
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
+  // Layout hooks shared with the page-wide loader (attention_decode_mma4.cuh): one kv head per CTA
+  // (blockIdx.x), every warp on it, rows of one head in token order, static shared memory.
+  static constexpr int kKvHeadsPerCta = 1;
+  static constexpr int kWarpsPerHead = kWarps;
+  static constexpr bool kDynamicSmem = false;
+  static constexpr bool kZeroTailScales = false;  // cp.async zero-fills every position >= end
+  static constexpr bool kBulk = false;            // stages filled by LoadTile's cp.async, not bulk copies
+  __device__ static __forceinline__ int code_row(int tok, int) { return tok; }
+  __device__ static __forceinline__ int scale_row(int tok, int) { return tok; }
 };
 
 namespace mma2_detail {
@@ -107,6 +116,17 @@ __device__ __forceinline__ float column_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 4);
   v += __shfl_xor_sync(0xffffffffu, v, 8);
   return v + __shfl_xor_sync(0xffffffffu, v, 16);
+}
+
+// Zero the N (4 or 8) E4M3 block-scale bytes at dst (N-byte aligned).
+template <int N>
+__device__ __forceinline__ void zero_scale_row(uint8_t* dst) {
+  static_assert(N == 4 || N == 8, "D / 16 block scales: 4 (D = 64) or 8 (D = 128) bytes");
+  if constexpr (N == 8) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(0u, 0u);
+  } else {
+    *reinterpret_cast<uint32_t*>(dst) = 0u;
+  }
 }
 
 }  // namespace mma2_detail
@@ -160,16 +180,30 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   using namespace mma_detail;
   using namespace mma2_detail;
   constexpr int D = Cfg::D, G = Cfg::G, TT = Cfg::TT;
-  __shared__ __align__(16) uint8_t smem[Cfg::kSmemBytes];
+  uint8_t* smem;
+  if constexpr (Cfg::kDynamicSmem) {
+    extern __shared__ __align__(128) uint8_t dynamic_smem[];
+    smem = dynamic_smem;
+    uint32_t dynamic_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
+    if (dynamic_bytes < Cfg::kSmemBytes) __trap();  // a launch with less than the layout needs: fail loudly
+  } else {
+    __shared__ __align__(16) uint8_t static_smem[Cfg::kSmemBytes];
+    smem = static_smem;
+  }
 
-  const int kv_head = blockIdx.x / Cfg::kHeadGroups;
-  const int head0 = kv_head * Cfg::GROUP + (blockIdx.x % Cfg::kHeadGroups) * G;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  // kv head of this warp: the CTA's (blockIdx.x / head groups) when a CTA reads one head's rows, the
+  // warp's group of kWarpsPerHead warps when it reads whole pages (mma4); h_local indexes the stage rows
+  const int h_local = Cfg::kKvHeadsPerCta == 1 ? 0 : warp / Cfg::kWarpsPerHead;
+  const int kv_head = Cfg::kKvHeadsPerCta == 1 ? blockIdx.x / Cfg::kHeadGroups : h_local;
+  const int head_group = Cfg::kKvHeadsPerCta == 1 ? blockIdx.x % Cfg::kHeadGroups : blockIdx.x;
+  const int head0 = kv_head * Cfg::GROUP + head_group * G;
   const int split = blockIdx.y;
   const int num_splits = gridDim.y;
   const int b = blockIdx.z;
   const int hq = Cfg::HKV * Cfg::GROUP;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
   const int gid = lane / 4;  // QK: token row / B column (head gid); PV: d rows
   const int tig = lane % 4;  // QK: D quarter; C columns = heads 2 tig, 2 tig + 1
 
@@ -227,25 +261,42 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   float run_M[2] = {-FLT_MAX, -FLT_MAX};  // max of score + log2(s_v)
   float run_l[2] = {0.f, 0.f};            // this thread's part of sum 2^(score - m)
 
-  pipeline_prefetch<Cfg, LoadTile>(smem, p, b, kv_head, range);
+  uint32_t loader_slot = 0;  // kBulk: this lane's page slot in the next tile it copies
+  if constexpr (Cfg::kBulk) {
+    Cfg::pipeline_start(smem, p, b, range, loader_slot);
+  } else {
+    pipeline_prefetch<Cfg, LoadTile>(smem, p, b, kv_head, range);
+  }
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    {  // pipeline_next_stage's steps, written out: the call changes this kernel's SASS at D = 64
+    if constexpr (Cfg::kBulk) {
+      Cfg::pipeline_next(smem, p, b, range, tile, loader_slot);  // issue tile + STAGES - 1, wait for tile
+    } else {  // pipeline_next_stage's steps, written out: the call changes this kernel's SASS at D = 64
       const int next = tile + Cfg::STAGES - 1;
       if (next < num_tiles)
         LoadTile(smem + (next % Cfg::STAGES) * Cfg::kStageBytes, p, b, kv_head, pos_begin + next * TT, pos_end);
       detail::cp_async_commit();
+      detail::cp_async_wait<Cfg::STAGES - 1>();
+      __syncthreads();
     }
-    detail::cp_async_wait<Cfg::STAGES - 1>();
-    __syncthreads();
     const uint8_t* stage = smem + (tile % Cfg::STAGES) * Cfg::kStageBytes;
     const float* k_scale = reinterpret_cast<const float*>(stage + Cfg::kOffKs);
     const float* v_scale = reinterpret_cast<const float*>(stage + Cfg::kOffVs);
     const int tile_pos = pos_begin + tile * TT;
-    const int chunk = warp * Cfg::kTokensPerWarp;
+    const int chunk = (Cfg::kKvHeadsPerCta == 1 ? warp : warp % Cfg::kWarpsPerHead) * Cfg::kTokensPerWarp;
+    if constexpr (Cfg::kZeroTailScales) {
+      // Positions >= end of a copied page hold whatever the cache holds there (a NaN E4M3 scale
+      // times a zero weight is NaN in P.V): zero this warp's V block scales of those tokens.
+      if (tile_pos + chunk + Cfg::kTokensPerWarp > pos_end) {
+        if (tile_pos + chunk + lane >= pos_end)
+          zero_scale_row<Cfg::kScaleBytes>(const_cast<uint8_t*>(stage) + Cfg::kOffVb +
+                                           Cfg::scale_row(chunk + lane, h_local) * Cfg::kScaleBytes);
+        __syncwarp();
+      }
+    }
     float lane_lv = -CUDART_INF_F;  // kLean: log2 of the V row scale of token chunk + lane, -inf past the end
     if constexpr (kLean) {
-      if (tile_pos + chunk + lane < pos_end) lane_lv = __log2f(v_scale[chunk + lane]);
+      if (tile_pos + chunk + lane < pos_end) lane_lv = __log2f(v_scale[Cfg::scale_row(chunk + lane, h_local)]);
     }
 
     // ---- S^T for 2 blocks of 16 tokens: rows gid, gid + 8 = tokens; columns = heads 2 tig, 2 tig + 1
@@ -259,15 +310,16 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int tok = chunk + 16 * u + 8 * r + gid;
-        const uint8_t* row = stage + Cfg::kOffKc + tok * Cfg::kCodeBytes + tig * (D / 8);
+        const uint8_t* row = stage + Cfg::kOffKc + Cfg::code_row(tok, h_local) * Cfg::kCodeBytes + tig * (D / 8);
         if constexpr (Cfg::kKWords == 4) {
           const uint4 w4 = *reinterpret_cast<const uint4*>(row);
           words[r][0] = w4.x; words[r][1] = w4.y; words[r][2] = w4.z; words[r][3] = w4.w;
-          scales[r] = *reinterpret_cast<const uint16_t*>(stage + Cfg::kOffKb + tok * Cfg::kScaleBytes + 2 * tig);
+          scales[r] = *reinterpret_cast<const uint16_t*>(stage + Cfg::kOffKb +
+                                                         Cfg::scale_row(tok, h_local) * Cfg::kScaleBytes + 2 * tig);
         } else {
           const uint2 w2 = *reinterpret_cast<const uint2*>(row);
           words[r][0] = w2.x; words[r][1] = w2.y;
-          scales[r] = stage[Cfg::kOffKb + tok * Cfg::kScaleBytes + tig];
+          scales[r] = stage[Cfg::kOffKb + Cfg::scale_row(tok, h_local) * Cfg::kScaleBytes + tig];
         }
       }
 #pragma unroll
@@ -292,11 +344,11 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       for (int r = 0; r < 2; ++r) {
         const int tok = chunk + 16 * u + 8 * r + gid;
         const bool valid = tile_pos + tok < pos_end;
-        const float ks = k_scale[tok];
+        const float ks = k_scale[Cfg::scale_row(tok, h_local)];
         if constexpr (kLean) {
           lv[u][r] = __shfl_sync(0xffffffffu, lane_lv, 16 * u + 8 * r + gid);
         } else {
-          lv[u][r] = valid ? __log2f(v_scale[tok]) : -CUDART_INF_F;
+          lv[u][r] = valid ? __log2f(v_scale[Cfg::scale_row(tok, h_local)]) : -CUDART_INF_F;
         }
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -382,14 +434,14 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       uint32_t vscale[2];  // {b(tok 0), b(tok 1)}, {b(tok 2), b(tok 3)} as f16x2
 #pragma unroll
       for (int pr = 0; pr < 2; ++pr) {
-        const uint32_t lo = stage[Cfg::kOffVb + vtok[2 * pr] * Cfg::kScaleBytes + vblock];
-        const uint32_t hi = stage[Cfg::kOffVb + vtok[2 * pr + 1] * Cfg::kScaleBytes + vblock];
+        const uint32_t lo = stage[Cfg::kOffVb + Cfg::scale_row(vtok[2 * pr], h_local) * Cfg::kScaleBytes + vblock];
+        const uint32_t hi = stage[Cfg::kOffVb + Cfg::scale_row(vtok[2 * pr + 1], h_local) * Cfg::kScaleBytes + vblock];
         vscale[pr] = e4m3x2_to_f16x2(lo | (hi << 8));
       }
       uint32_t vw[4][Cfg::kVWords];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const uint8_t* row = stage + Cfg::kOffVc + vtok[k] * Cfg::kCodeBytes + gid * (D / 16);
+        const uint8_t* row = stage + Cfg::kOffVc + Cfg::code_row(vtok[k], h_local) * Cfg::kCodeBytes + gid * (D / 16);
         if constexpr (Cfg::kVWords == 2) {
           const uint2 w2 = *reinterpret_cast<const uint2*>(row);
           vw[k][0] = w2.x; vw[k][1] = w2.y;
@@ -424,7 +476,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
     }
     __syncthreads();  // the stage is refilled next iteration
   }
-  detail::cp_async_wait<0>();
+  if constexpr (!Cfg::kBulk) detail::cp_async_wait<0>();  // kBulk: every issued tile was waited for
   __syncthreads();
 
   // ---- merge the warps: per head (m, l, M) and acc [8 heads][D]
@@ -449,23 +501,27 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += Cfg::kThreads) {
-    const int h = idx / D;
-    const int d = idx - h * D;
+  // outputs (kv head hl of the CTA, q head h of its G, d): the kWarpsPerHead warps of head hl merge
+  for (int idx = threadIdx.x; idx < Cfg::kKvHeadsPerCta * G * D; idx += Cfg::kThreads) {
+    const int hl = Cfg::kKvHeadsPerCta == 1 ? 0 : idx / (G * D);
+    const int h = (idx - hl * G * D) / D;
+    const int d = idx - hl * G * D - h * D;
+    const int w0 = hl * Cfg::kWarpsPerHead;
     float m = -FLT_MAX, M = -FLT_MAX;
 #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) {
+    for (int w = w0; w < w0 + Cfg::kWarpsPerHead; ++w) {
       m = fmaxf(m, stats[(w * 3 + 0) * 8 + h]);
       M = fmaxf(M, stats[(w * 3 + 2) * 8 + h]);
     }
     float l = 0.f, o = 0.f;
 #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) {
+    for (int w = w0; w < w0 + Cfg::kWarpsPerHead; ++w) {
       l += exp2f(stats[(w * 3 + 0) * 8 + h] - m) * stats[(w * 3 + 1) * 8 + h];
       o += exp2f(stats[(w * 3 + 2) * 8 + h] - M) * red[(w * 8 + h) * D + d];
     }
     o = l > 0.f ? 64.f * o * exp2f(M - m) / l : 0.f;  // 64: the V operands are value / 64
-    const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
+    const int out_head0 = Cfg::kKvHeadsPerCta == 1 ? head0 : hl * Cfg::GROUP + head_group * G;
+    const int64_t bh = static_cast<int64_t>(b) * hq + out_head0 + h;
     store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
   }
 }

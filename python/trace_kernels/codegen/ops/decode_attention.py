@@ -19,6 +19,7 @@ TEMPLATE = "decode_attention.cu.jinja"
 MMA_TEMPLATE = "decode_attention_mma.cu.jinja"
 MMA2_TEMPLATE = "decode_attention_mma2.cu.jinja"
 MMA3_TEMPLATE = "decode_attention_mma3.cu.jinja"
+MMA4_TEMPLATE = "decode_attention_mma4.cu.jinja"
 COMBINE_TEMPLATE = "decode_attention_combine.cu.jinja"
 FORMATS = ("nvfp4", "bf16")
 HEAD_DIMS = (64, 128)  # shared-memory budget of the tile pipeline (attention_decode.cuh)
@@ -54,6 +55,15 @@ MMA2_SWEEP_VARIANTS = (
     "mma2_w2s4",  # 137 regs, 5 CTAs (smem) = 10 warps, 146 KB
     "mma3_w1s3",  # 118 regs, 14 CTAs (smem) = 14 warps, 136 KB; mma3's loader and lazy rescale
 )
+# "mma4" (NVFP4 only, attention_decode_mma4.cuh): mma2's tile body with every kv head of a (sequence,
+# split) in one CTA, so its loader copies whole pages as contiguous 16-byte chunks. "mma4" = 2 warps
+# (64 tokens) per kv head, 2 stages; "mma4_w<warps per kv head>s<stages>[b<min blocks>]" the other
+# configurations; "mma4l" adds mma3's lazy rescaling. Dynamic shared memory. Without b<N>, min blocks =
+# 16 warps / warps per CTA (at least 1): <= 128 registers, what mma2's tile body needs without spills.
+MMA4_CONFIG = re.compile(r"^(mma4l?)(?:_w(\d+)s(\d+)(?:b(\d+))?)?$")
+MMA4_DEFAULT = {"warps_per_head": 2, "stages": 2, "min_blocks": 0}  # min_blocks 0: 16 warps per SM
+MMA4_MAX_SMEM = 227 * 1024  # per CTA on sm_90
+MMA4_SWEEP_VARIANTS = ("mma4", "mma4l", "mma4_w1s2", "mma4l_w1s2", "mma4_w1s3")
 # (Hq, Hkv, D, P) the sweep configurations are built for: the benchmark's shape and the sweep GPU test's
 MMA2_SWEEP_TEST_SHAPES = ((32, 4, 128, 16), (64, 4, 128, 16), (8, 1, 64, 64))
 # cache format -> (tokens per tile, pipeline stages): ~9.5 KB (NVFP4) / 16 KB (BF16) per stage at D=128
@@ -79,6 +89,48 @@ def mma2_config(variant: str) -> dict | None:
     return cfg
 
 
+def mma4_config(variant: str) -> dict | None:
+    """{"lean", "warps_per_head", "stages", "min_blocks"} of an mma4 variant (None for the others)."""
+    m = MMA4_CONFIG.match(variant)
+    if m is None:
+        return None
+    base, warps, stages, min_blocks = m.groups()
+    if warps is None:
+        cfg = dict(MMA4_DEFAULT)
+    else:
+        cfg = {"warps_per_head": int(warps), "stages": int(stages), "min_blocks": int(min_blocks or 0)}
+    cfg["lean"] = base == "mma4l"
+    if cfg["warps_per_head"] not in (1, 2, 4) or not 2 <= cfg["stages"] <= 4 or not 0 <= cfg["min_blocks"] <= 32:
+        raise ValueError(f"{NAME}: variant {variant!r}: warps per kv head must be 1, 2 or 4, stages 2..4 and min "
+                         f"blocks 0..32")
+    return cfg
+
+
+def mma4_stage_bytes(head_dim: int, kv_heads: int, tile_tokens: int) -> int:
+    """DecodeAttentionMma4Config::kStageBytes: K and V codes, block scales and row scales of every kv head,
+    then the stage's mbarrier (8 bytes), rounded up to 128 bytes."""
+    return -(-(tile_tokens * kv_heads * 2 * (head_dim // 2 + head_dim // 16 + 4) + 8) // 128) * 128
+
+
+def mma4_tiling(q_heads: int, kv_heads: int, head_dim: int, page_size: int, variant: str) -> dict:
+    """Launch geometry of an mma4 variant; raises for shapes it does not take."""
+    config = mma4_config(variant)
+    t = tiling("nvfp4", q_heads, kv_heads, head_dim, page_size, "mma2")  # shared checks (format, D, GQA)
+    tile_tokens = 32 * config["warps_per_head"]
+    if page_size % 16 or (tile_tokens % page_size and page_size % tile_tokens):
+        raise ValueError(f"{NAME}: variant {variant!r} copies whole page runs: the page size must be a multiple of "
+                         f"16 that divides or is divided by the {tile_tokens}-token tile, got {page_size}")
+    warps = kv_heads * config["warps_per_head"]
+    config["min_blocks"] = config["min_blocks"] or max(1, 16 // warps)
+    if warps > 32:
+        raise ValueError(f"{NAME}: variant {variant!r} needs {warps} warps per CTA for {kv_heads} kv heads (max 32)")
+    smem = max(config["stages"] * mma4_stage_bytes(head_dim, kv_heads, tile_tokens), 4 * warps * (8 * head_dim + 24))
+    if smem > MMA4_MAX_SMEM:
+        raise ValueError(f"{NAME}: variant {variant!r} needs {smem} B of shared memory per CTA (max {MMA4_MAX_SMEM})")
+    return {**t, "tile_tokens": tile_tokens, "stages": config["stages"], "warps_per_head": config["warps_per_head"],
+            "smem": smem, "threads": 32 * warps, "ctas_per_split": t["head_groups"], **config}
+
+
 def mma2_stage_bytes(head_dim: int, tile_tokens: int) -> int:
     """Shared bytes of one mma2 / mma3 pipeline stage: K and V codes, block scales and row scales."""
     return tile_tokens * 2 * (head_dim // 2 + head_dim // 16 + 4)
@@ -86,6 +138,10 @@ def mma2_stage_bytes(head_dim: int, tile_tokens: int) -> int:
 
 def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int,
            variant: str = "simt") -> dict:
+    if mma4_config(variant) is not None:
+        if cache_format != "nvfp4":
+            raise ValueError(f"{NAME}: variant {variant!r} reads NVFP4 pages only, got cache format {cache_format!r}")
+        return mma4_tiling(q_heads, kv_heads, head_dim, page_size, variant)
     config = mma2_config(variant)
     if config is not None and variant not in MMA2_TEMPLATES:
         t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, config["base"])
@@ -131,8 +187,23 @@ def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_s
 @functools.lru_cache(maxsize=None)  # memoized: built on every launch
 def spec(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int,
          variant: str = "simt") -> KernelSpec:
-    t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
     parts = (cache_format,) if variant == "simt" else (cache_format, variant)
+    if mma4_config(variant) is not None:
+        t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
+        return KernelSpec(
+            op=NAME,
+            name=kernel_name(NAME, *parts, dims={"hq": q_heads, "hkv": kv_heads, "d": head_dim, "p": page_size}),
+            template=MMA4_TEMPLATE,
+            params={"d": head_dim, "hkv": kv_heads, "group": t["group"], "heads_per_cta": t["heads_per_cta"],
+                    "page": page_size, "warps_per_head": t["warps_per_head"], "stages": t["stages"],
+                    "min_blocks": t["min_blocks"], "lean": t["lean"]},
+            launch={key: t[key] for key in ("threads", "group", "heads_per_cta", "head_groups", "tile_tokens", "stages",
+                                            "smem", "ctas_per_split")},
+            headers=("trace_kernels/attention_decode.cuh", "trace_kernels/attention_decode_mma.cuh",
+                     "trace_kernels/attention_decode_mma2.cuh", "trace_kernels/attention_decode_mma4.cuh"),
+        )
+    t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
+    t["ctas_per_split"] = kv_heads * t["head_groups"]  # one kv head per CTA
     config = mma2_config(variant)
     if config is not None:
         warps = t["tile_tokens"] // 32
