@@ -135,13 +135,14 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         flops = 2 * m * (2 * i * h + h * i)
         row = {"shape": shape.name, "tokens": t, "rows": m, "experts_active": e_active, "variants": {}}
         for vi, variant in enumerate(variants):
-            tile = codegen.tile_for_rows(m, e, variant)
+            tile = codegen.tile_for_rows(m, e, variant, k=h, kind="gate_up_swiglu", n=2 * i)
+            down_tile = codegen.tile_for_rows(m, e, variant, k=i, kind="down_routed", n=h)  # auto: its own table
 
-            def nvfp4_layer(tile=tile):
+            def nvfp4_layer(tile=tile, down_tile=down_tile):
                 up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
                                      validate=False, out=up_out, tile=tile)
                 ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y,
-                             slot_workspace=ys, tile=tile)
+                             slot_workspace=ys, tile=down_tile)
 
             def plain_gate_up(tile=tile):
                 ops.moe_gemm(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
@@ -151,7 +152,7 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
                 ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
                                 validate=False, out=up_out, tile=tile)
 
-            res = {"tile": dataclasses.asdict(tile)}
+            res = {"tile": dataclasses.asdict(tile), "down_tile": dataclasses.asdict(down_tile)}
             if vi == 0:
                 res["nvfp4_eager_ms"] = timer(nvfp4_layer)
             res["nvfp4_ms"] = timer(nvfp4_layer, graph=True)

@@ -19,7 +19,8 @@ from trace_kernels.codegen.ops import quantize, refit_weights
 def specs_for(shape_name: str, tokens: list[int]) -> list:
     shape = shapes.resolve(shape_name)
     kinds = ("gate_up_swiglu", "down_routed")
-    pairs = {(kind, mg.tile_for_rows(t * shape.top_k, shape.experts, k=mg.gemm_dims(shape, kind)[1]))
+    pairs = {(kind, mg.tile_for_rows(t * shape.top_k, shape.experts, k=mg.gemm_dims(shape, kind)[1], kind=kind,
+                                     n=mg.gemm_dims(shape, kind)[0]))
              for kind in kinds for t in tokens}
     specs = [mg.gemm_spec(shape, kind, tile) for kind, tile in pairs]
     specs += [mg.combine_spec(shape), *quantize.specs_for_shape(shape), *refit_weights.specs_for_shape(shape),

@@ -58,6 +58,9 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", default="v1", help="v1,ws: kernel variants (ws adds the knob below)")
     parser.add_argument("--chunks-per-stage", default="1", help="ws: K chunks of 64 per ring stage (1,2)")
     parser.add_argument("--m-tiles", default="1", help="ws: 64-row weight tiles per consumer warpgroup (1,2)")
+    parser.add_argument("--kinds", default="gate_up_swiglu,down_routed",
+                        help="GEMMs whose tilings are swept; with down_routed alone the gate_up that feeds it runs "
+                             "the table tile (untimed)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
     args = parser.parse_args(argv)
@@ -67,15 +70,19 @@ def main(argv=None) -> int:
             "warpgroups": ints(args.warpgroups), "proxy_fence": ints(args.proxy_fence), "overlap": ints(args.overlap),
             "variant": tuple(args.variant.split(",")), "chunks_per_stage": ints(args.chunks_per_stage),
             "m_tiles": ints(args.m_tiles)}
+    kinds = tuple(args.kinds.split(","))
+    if not set(kinds) <= {"gate_up_swiglu", "down_routed"} or not kinds:
+        parser.error(f"--kinds: gate_up_swiglu and/or down_routed, got {args.kinds!r}")
+    sweep_gate_up = "gate_up_swiglu" in kinds
     tiles = []
     for t in candidates(grid, shape.experts):
         try:  # e.g. chunks_per_stage=2 or overlap needs K multiples that a shape may not have
-            for kind in ("gate_up_swiglu", "down_routed"):
+            for kind in kinds:
                 codegen.gemm_spec(shape, kind, t)
             tiles.append(t)
         except ValueError as exc:
             print(f"skip {t}: {exc}")
-    specs = [codegen.gemm_spec(shape, kind, t) for t in tiles for kind in ("gate_up_swiglu", "down_routed")]
+    specs = [codegen.gemm_spec(shape, kind, t) for t in tiles for kind in kinds]
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(jit.build, specs))
     print(f"built {len(specs)} kernels", flush=True)
@@ -92,16 +99,21 @@ def main(argv=None) -> int:
         s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
         up = ops.empty_gate_up_output(m, i, "cuda")
         ys, y = torch.empty(m, h, device="cuda"), torch.empty(t, h, dtype=torch.bfloat16, device="cuda")
+        if not sweep_gate_up:  # the down GEMM's input, once, from the table's tile
+            ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
+                            out=up)
         for tile in tiles:
             if tile.tile_tokens > 8 * max(1, -(-m // e)) * 4:  # far wider than the rows per expert
                 continue
             g = timer(lambda: ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
-                                              validate=False, out=up, tile=tile), graph=True)
+                                              validate=False, out=up, tile=tile), graph=True) if sweep_gate_up else 0.0
             d = timer(lambda: ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y,
                                            slot_workspace=ys, tile=tile), graph=True)
-            rows.append({"tokens": t, "rows": m, **tile.__dict__, "gate_up_fused_ms": g, "down_ms": d})
-            print(f"T={t:6d} {tile} gate_up {g:.4f} ms down {d:.4f} ms", flush=True)
-        best = min((r for r in rows if r["tokens"] == t), key=lambda r: r["gate_up_fused_ms"] + r["down_ms"])
+            rows.append({"tokens": t, "rows": m, **tile.__dict__, "down_ms": d,
+                         **({"gate_up_fused_ms": g} if sweep_gate_up else {})})
+            print(f"T={t:6d} {tile}" + (f" gate_up {g:.4f} ms" if sweep_gate_up else "") + f" down {d:.4f} ms",
+                  flush=True)
+        best = min((r for r in rows if r["tokens"] == t), key=lambda r: r.get("gate_up_fused_ms", 0.0) + r["down_ms"])
         print(f"T={t}: best {best}", flush=True)
     with open(args.out, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "shape": shape.name, "command": " ".join(sys.argv),

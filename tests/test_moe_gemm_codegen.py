@@ -14,8 +14,9 @@ from trace_kernels.jit import compiler
 def test_specs_render_deterministically_with_readable_names():
     for name in ("tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"):
         specs = codegen.specs_for_shape(shapes.preset(name), tuple(codegen.TILE_TABLES))
-        tiles = {tile for table in codegen.TILE_TABLES.values() for _, tile in table}
-        assert len({s.name for s in specs}) == len(specs) == 3 * len(tiles) + 1
+        tiles = {kind: {tile for v in codegen.TILE_TABLES for _, tile in codegen.tile_table(v, kind)}
+                 for kind in codegen.KINDS}  # auto's down GEMM has its own prefill tile
+        assert len({s.name for s in specs}) == len(specs) == sum(map(len, tiles.values())) + 1
         default = codegen.specs_for_shape(shapes.preset(name))  # what the AOT build and calls use
         assert len(default) == 3 * len(codegen.TILE_TABLES[codegen.DEFAULT_VARIANT]) + 1
         assert codegen.DEFAULT_VARIANT == "auto"
@@ -175,3 +176,20 @@ def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
     small = shapes.resolve("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64")
     specs = codegen.specs_for_shape(small, ("auto",))
     assert specs and not any("_ws1_" in s.name for s in specs)
+
+
+def test_auto_down_gemm_has_its_own_prefill_tile():
+    """auto: the down GEMM's prefill tile is ws with two m-tiles, the gate_up's stays v1; decode is shared;
+    a shape whose N the ws tile cannot split falls back to v1's tile; the table kernels include it."""
+    prefill, decode = 1024 * 8, 64 * 8
+    down = codegen.tile_for_rows(prefill, 128, "auto", k=768, kind="down_routed", n=2048)
+    assert down == codegen.WS_PREFILL_DOWN_TILE and down.variant == "ws" and down.m_tiles == 2
+    assert codegen.tile_for_rows(prefill, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).variant == "v1"
+    assert codegen.tile_for_rows(prefill, 128, "auto").variant == "v1"  # no kind: the shared table
+    assert codegen.tile_for_rows(prefill, 128, "v1", kind="down_routed").variant == "v1"  # only auto differs
+    for kind in codegen.KINDS:
+        assert codegen.tile_for_rows(decode, 128, "auto", kind=kind) == codegen.TILE_TABLE[0][1]
+    # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile
+    assert codegen.tile_for_rows(prefill, 8, "auto", k=128, kind="down_routed", n=192) == codegen.TILE_TABLE[-1][1]
+    names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"))}
+    assert codegen.gemm_spec(shapes.preset("qwen3-30b-a3b"), "down_routed", codegen.WS_PREFILL_DOWN_TILE).name in names

@@ -157,7 +157,7 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
                  tile: codegen.TileConfig | None, out=None, out_f32=None, row_weight=None,
                  quant: tuple | None = None) -> None:
     e = weights.num_experts
-    tile = tile or codegen.tile_for_rows(m, e, k=weights.k)
+    tile = tile or codegen.tile_for_rows(m, e, k=weights.k, kind=kind, n=weights.n)
     spec, kernel = _plan(kind, weights, tile)
     launch = spec.launch
     device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()

@@ -85,6 +85,16 @@ AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     TILE_TABLE[2],
 )
 TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE}
+# Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
+# 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
+# same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
+# less time than v1's TN=128 at T = 1024, 4096 and 16384 on both presets (30B T=16384: 1.235 vs 1.371 ms;
+# 235B: 4.043 vs 4.449 ms). Its fused gate_up stays slower than v1's (the last CTA's row quantization
+# stalls a persistent CTA's SM), so gate_up keeps the v1 tile.
+WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
+AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
+    "down_routed": AUTO_TILE_TABLE[:-1] + ((float("inf"), WS_PREFILL_DOWN_TILE),),
+}
 # The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
 DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "auto")
 if DEFAULT_VARIANT not in TILE_TABLES:
@@ -103,7 +113,7 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # (each consumer warpgroup two m64 tiles). Measured on 2026-12-01 and dropped: four consumer
     # warpgroups x 1 CTA/SM and the overlapped decode main loop (no faster; docs/moe_gemm.md).
     TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2),
-    TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2),
+    WS_PREFILL_DOWN_TILE,  # (the auto table's down tile in prefill; kept here for the gate_up A/B)
     # the decode table tile with the fused epilogue's fence + atomic + last-CTA quantize moved off the
     # consumers onto the producer warpgroup's spare warps (T=8: 0.075 vs 0.083 ms on 30B)
     TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True),
@@ -117,27 +127,38 @@ KINDS = {
 }
 
 
-def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
-                  k: int | None = None) -> TileConfig:
-    """The tile for a call with num_rows routed rows over num_experts experts (DEFAULT_VARIANT's table).
+def tile_table(variant: str, kind: str | None = None) -> tuple[tuple[float, TileConfig], ...]:
+    """The (rows per expert limit, tile) table of a variant, for one GEMM kind where "auto" has its own."""
+    if variant == "auto" and kind in AUTO_KIND_TILE_TABLES:
+        return AUTO_KIND_TILE_TABLES[kind]
+    return TILE_TABLES[variant]
 
-    With the GEMM's K given, an "auto" ws tile that K cannot use (ws stages of 128 need K % 128 == 0)
-    falls back to v1's tile for the same rows per expert, so small shapes keep working.
+
+def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
+                  k: int | None = None, kind: str | None = None, n: int | None = None) -> TileConfig:
+    """The tile for a call with num_rows routed rows over num_experts experts (DEFAULT_VARIANT's table;
+    with the GEMM kind given, "auto"'s table for that kind: AUTO_KIND_TILE_TABLES).
+
+    With the GEMM's K (and N) given, an "auto" ws tile that K cannot use (ws stages of 128 need
+    K % 128 == 0), or whose warpgroups and m-tiles do not divide N, falls back to v1's tile for the same
+    rows per expert, so small and custom shapes keep working.
     """
     name = variant or DEFAULT_VARIANT
     average = num_rows / max(num_experts, 1)
-    tile = _table_tile(TILE_TABLES[name], average)
-    return tile if k is None or name != "auto" else auto_fallback(tile, k, average)
+    tile = _table_tile(tile_table(name, kind), average)
+    return tile if k is None or name != "auto" else auto_fallback(tile, k, average, n)
 
 
 def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> TileConfig:
     return next((tile for limit, tile in table if average <= limit), table[-1][1])
 
 
-def auto_fallback(tile: TileConfig, k: int, average: float) -> TileConfig:
-    """v1's tile for `average` rows per expert where the "auto" table's tile does not fit K."""
+def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None) -> TileConfig:
+    """v1's tile for `average` rows per expert where the "auto" table's tile does not fit K (or N)."""
     try:
         check_tile(tile, k)
+        if n is not None:
+            warpgroups_for(n, tile)
         return tile
     except ValueError:
         return _table_tile(TILE_TABLE, average)
@@ -293,10 +314,10 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
     names = variants or (DEFAULT_VARIANT,)
     specs: dict[str, KernelSpec] = {}  # by name: "auto" reuses the other tables' tiles
     for name in names:
-        for limit, tile in TILE_TABLES[name]:
-            for kind in KINDS:
-                k = gemm_dims(shape, kind)[1]
-                fitted = auto_fallback(tile, k, limit) if name == "auto" else tile
+        for kind in KINDS:
+            n, k = gemm_dims(shape, kind)
+            for limit, tile in tile_table(name, kind):
+                fitted = auto_fallback(tile, k, limit, n) if name == "auto" else tile
                 spec = gemm_spec(shape, kind, fitted)
                 specs.setdefault(spec.name, spec)
     return list(specs.values()) + [combine_spec(shape)]
