@@ -48,6 +48,39 @@ struct GuidancePtrs {  // all null: no guidance
   uint8_t* mantissa_bits;  // [T, Hkv, D/8]
 };
 
+// N consecutive blocks' outputs in one store each (N = 1, 2 or 4; dst aligned to the whole store).
+template <int N>
+__device__ __forceinline__ void store_blocks(uint8_t* dst, const uint2 (&q)[N]) {  // 8 code bytes per block
+  if constexpr (N == 1) {
+    *reinterpret_cast<uint2*>(dst) = q[0];
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; j += 2)
+      reinterpret_cast<uint4*>(dst)[j / 2] = make_uint4(q[j].x, q[j].y, q[j + 1].x, q[j + 1].y);
+  }
+}
+template <int N>
+__device__ __forceinline__ void store_bytes(uint8_t* dst, const uint8_t (&b)[N]) {  // 1 byte per block
+  if constexpr (N == 1) {
+    *dst = b[0];
+  } else if constexpr (N == 2) {
+    *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(b[0] | (b[1] << 8));
+  } else {
+    static_assert(N == 4, "1, 2 or 4 blocks per thread");
+    *reinterpret_cast<uint32_t*>(dst) = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+  }
+}
+template <int N>
+__device__ __forceinline__ void store_halves(uint8_t* dst, const uint16_t (&h)[N]) {  // 2 bytes per block
+  if constexpr (N == 1) {
+    *reinterpret_cast<uint16_t*>(dst) = h[0];
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; j += 2)
+      reinterpret_cast<uint32_t*>(dst)[j / 2] = h[j] | (static_cast<uint32_t>(h[j + 1]) << 16);
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict__ x,  // [T, Hkv, D]
                                                 const int64_t* __restrict__ slot_mapping,  // [T]
@@ -60,6 +93,10 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
   const int lane = threadIdx.x % TPR;  // the thread's blocks: lane * BPT .. lane * BPT + BPT - 1
   const int row = blockIdx.x * Cfg::kRowsPerCta + threadIdx.x / TPR;  // token * Hkv + head
   const bool row_ok = row < rows;
+  const int token = row / Cfg::HKV;
+  const int head = row - token * Cfg::HKV;
+  // Read the slot with the row's loads, not after the row amax: its latency then hides behind theirs.
+  const int64_t slot = row_ok ? __ldg(slot_mapping + token) : -1;
 
   Vec8<__nv_bfloat16> v[BPT][2];  // [block][half block], raw
   float block_amax[BPT];
@@ -98,30 +135,33 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
       }
     return;
   }
-  const int token = row / Cfg::HKV;
-  const int head = row - token * Cfg::HKV;
-  const int64_t slot = slot_mapping[token];
   if (slot < 0 || slot >= num_slots) return;  // rejected on the host; never write out of bounds
   const int64_t dest = slot * Cfg::HKV + head;
 
   const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
   const bool fast = row_scale_fast(s);  // branch-free blocks (quantize_epilogue.cuh)
   const nvfp4::Divisor six_s_div = nvfp4::make_divisor(nvfp4::kFp4Max * s);
+  // The thread's BPT consecutive blocks, gathered so that each output takes one store of BPT x its
+  // per-block bytes (codes 8, block scale 1, mantissa bits 2) instead of BPT stores.
+  uint2 q[BPT];
+  uint8_t scale_bits[BPT];
+  uint16_t mantissa[BPT];
 #pragma unroll
   for (int j = 0; j < BPT; ++j) {
-    const int block = lane * BPT + j;
     uint4 unused_lo, unused_hi;
     const nvfp4::BlockStep step =
         fast ? block_step_fast(block_amax[j], s, six_s_div) : nvfp4::block_step(block_amax[j], s, nvfp4::kFp4Max * s);
-    const uint2 q = fast ? quantize_block16_fast<__nv_bfloat16, false>(v[j][0], v[j][1], step, unused_lo, unused_hi)
-                         : quantize_block16<__nv_bfloat16>(v[j][0], v[j][1], step, false, unused_lo, unused_hi);
-    reinterpret_cast<uint2*>(pages.codes + dest * (D / 2))[block] = q;
-    pages.block_scales[dest * (D / 16) + block] = step.scale_bits;
-    if (guidance.mantissa_bits != nullptr) {
-      reinterpret_cast<uint16_t*>(guidance.mantissa_bits + static_cast<int64_t>(row) * (D / 8))[block] =
-          static_cast<uint16_t>(mantissa_bits_of(q.x) | (mantissa_bits_of(q.y) << 8));
-      guidance.block_scales[static_cast<int64_t>(row) * (D / 16) + block] = step.scale_bits;
-    }
+    q[j] = fast ? quantize_block16_fast<__nv_bfloat16, false>(v[j][0], v[j][1], step, unused_lo, unused_hi)
+                : quantize_block16<__nv_bfloat16>(v[j][0], v[j][1], step, false, unused_lo, unused_hi);
+    scale_bits[j] = step.scale_bits;
+    mantissa[j] = static_cast<uint16_t>(mantissa_bits_of(q[j].x) | (mantissa_bits_of(q[j].y) << 8));
+  }
+  const int block0 = lane * BPT;
+  store_blocks<BPT>(pages.codes + dest * (D / 2) + block0 * 8, q);
+  store_bytes<BPT>(pages.block_scales + dest * (D / 16) + block0, scale_bits);
+  if (guidance.mantissa_bits != nullptr) {
+    store_halves<BPT>(guidance.mantissa_bits + static_cast<int64_t>(row) * (D / 8) + block0 * 2, mantissa);
+    store_bytes<BPT>(guidance.block_scales + static_cast<int64_t>(row) * (D / 16) + block0, scale_bits);
   }
   if (lane == 0) {
     pages.scale[dest] = s;
