@@ -74,7 +74,8 @@ struct DecodeAttentionMma4Config {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
   static_assert(kReduceFloats * 4 <= kOffBar, "the final merge reuses stage 0 below its mbarrier");
 
-
+  // Stage rows in the cache's order (bulk copies cannot permute them): one head's rows are Hkv x D/2
+  // bytes apart, so a warp's 16-byte K reads (rows tok, tok + 1 per 8 lanes) are 2-way bank conflicted.
   __device__ static __forceinline__ int code_row(int tok, int h) { return tok * HKV + h; }
   __device__ static __forceinline__ int scale_row(int tok, int h) { return tok * HKV + h; }
   // The bulk-copy pipeline (decode_attention_mma2_tiles calls these when kBulk).

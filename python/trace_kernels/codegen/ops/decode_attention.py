@@ -56,7 +56,7 @@ MMA2_SWEEP_VARIANTS = (
     "mma3_w1s3",  # 118 regs, 14 CTAs (smem) = 14 warps, 136 KB; mma3's loader and lazy rescale
 )
 # "mma4" (NVFP4 only, attention_decode_mma4.cuh): mma2's tile body with every kv head of a (sequence,
-# split) in one CTA, so its loader copies whole pages as contiguous 16-byte chunks. "mma4" = 2 warps
+# split) in one CTA, so a tile's page runs are contiguous and arrive by bulk copies. "mma4" = 2 warps
 # (64 tokens) per kv head, 2 stages; "mma4_w<warps per kv head>s<stages>[b<min blocks>]" the other
 # configurations; "mma4l" adds mma3's lazy rescaling. Dynamic shared memory. Without b<N>, min blocks =
 # 16 warps / warps per CTA (at least 1): <= 128 registers, what mma2's tile body needs without spills.
@@ -200,7 +200,8 @@ def spec(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_siz
             launch={key: t[key] for key in ("threads", "group", "heads_per_cta", "head_groups", "tile_tokens", "stages",
                                             "smem", "ctas_per_split")},
             headers=("trace_kernels/attention_decode.cuh", "trace_kernels/attention_decode_mma.cuh",
-                     "trace_kernels/attention_decode_mma2.cuh", "trace_kernels/attention_decode_mma4.cuh"),
+                     "trace_kernels/attention_decode_mma2.cuh", "trace_kernels/attention_decode_mma4.cuh",
+                     "trace_kernels/bulk_copy.cuh"),
         )
     t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
     t["ctas_per_split"] = kv_heads * t["head_groups"]  # one kv head per CTA
