@@ -160,7 +160,8 @@ def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,)) -> lis
     guidance) and BF16 pages, at each token count; fraction_of_copy against copy_bw (bytes/s)."""
     rows = []
     for tokens in tokens_list:
-        rows += [bench_append("nvfp4", tokens, g, l2, v) for v in ("b1", "b2", "b4") for g in (False, True)]
+        rows += [bench_append("nvfp4", tokens, g, l2, v) for v in ("b1", "b2", "b4", "b2_cta128")
+                 for g in (False, True)]
         rows.append(bench_append("bf16", tokens, False, l2))
     for r in rows:
         r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw

@@ -183,6 +183,12 @@ def test_kernel_names_and_shapes():
         kv_codegen.spec("bf16", 4, 128, "b2")
     with pytest.raises(ValueError, match="fewer than 4 blocks"):
         kv_codegen.spec("nvfp4", 4, 32, "b4")
+    small_cta = kv_codegen.spec("nvfp4", 4, 128, "b2_cta128")  # the CTA size in the variant's name
+    assert small_cta.name == "kv_append_nvfp4_b2_cta128_hkv4_d128_sm90a"
+    assert (small_cta.launch["threads"], small_cta.launch["rows_per_cta"]) == (128, 32)
+    assert "128" in small_cta.render() and kv_codegen.spec("nvfp4", 4, 128, "b2").launch["threads"] == kv_codegen.CTA
+    with pytest.raises(ValueError, match="variant"):
+        kv_codegen.spec("nvfp4", 4, 128, "b2_cta96")
     # what an append launches: BF16 pages their one kernel whatever the NVFP4 default is
     from trace_kernels.kv_append import DEFAULT_NVFP4_VARIANT, kernel_spec
     assert kernel_spec(False, 4, 128) == kv_codegen.spec("bf16", 4, 128)

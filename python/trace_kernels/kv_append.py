@@ -108,9 +108,9 @@ def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool 
 # GPU launch
 # ----------------------------------------------------------------------------------------------
 
-# NVFP4 append kernel: "b1" (one block per thread), "b2" (two) or "b4" (four; codegen/ops/kv_append.py,
-# not yet run on a GPU). b2 was
-# 7-9% faster on the H200 (0.447 vs 0.479 ms for 256K tokens, profiling/results/kv_append_h200.json)
+# NVFP4 append kernel: "b1" (one block per thread), "b2" (two) or "b4" (four), optionally "_cta128" etc.
+# (codegen/ops/kv_append.py). b2 is the fastest on the H200 in every same-run A/B (2026-12-02: 0.213 ms
+# for 256K tokens, 78% of copy; b1 0.239, b4 0.258; profiling/results/kv_append_h200.json, docs/kv_cache.md)
 DEFAULT_NVFP4_VARIANT = "b2"
 
 
@@ -223,7 +223,8 @@ def kv_append(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_ca
     caller guarantees them (the kernel still never writes outside the cache, and flags NaN/Inf in
     the status word read by trace_kernels.ops.raise_on_nonfinite, leaving those rows unwritten).
     variant picks the NVFP4 kernel ("b1": one 16-element block per thread, "b2": two, "b4": four;
-    default DEFAULT_NVFP4_VARIANT); BF16 pages have one kernel.
+    a "_cta128"-style suffix sets the threads per CTA; default DEFAULT_NVFP4_VARIANT); BF16 pages have
+    one kernel.
     """
     geom = validate(k, v, slot_mapping, k_cache, v_cache, guidance=guidance, check_values=check_values)
     if variant is not None:

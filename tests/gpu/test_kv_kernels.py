@@ -44,7 +44,8 @@ def _special_rows(k: torch.Tensor) -> torch.Tensor:
     return k
 
 
-@pytest.mark.parametrize("cache_format,variant", [("nvfp4", "b1"), ("nvfp4", "b2"), ("nvfp4", "b4"), ("bf16", None)])
+@pytest.mark.parametrize("cache_format,variant", [("nvfp4", "b1"), ("nvfp4", "b2"), ("nvfp4", "b4"),
+                                                  ("nvfp4", "b2_cta128"), ("bf16", None)])
 @pytest.mark.parametrize("lengths,hkv,d,p", [([1, 33, 250], 2, 64, 16), ([700, 5], 4, 128, 64),
                                              ([3000] * 6, 8, 128, 16)])
 def test_kv_append_bit_exact(cache_format, variant, lengths, hkv, d, p):

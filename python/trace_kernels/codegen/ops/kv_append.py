@@ -6,6 +6,7 @@ One kernel per (cache format, kv heads, head_dim); the page size does not enter 
 from __future__ import annotations
 
 import functools
+import re
 
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
@@ -16,19 +17,24 @@ TEMPLATE = "kv_append.cu.jinja"
 CTA = 256
 FORMATS = ("nvfp4", "bf16")
 # NVFP4 16-element blocks per thread: "b1", "b2" (twice the loads in flight per thread; the default,
-# kv_append.DEFAULT_NVFP4_VARIANT) or "b4" (row-level work once per four blocks; not yet run on a GPU)
+# kv_append.DEFAULT_NVFP4_VARIANT) or "b4" (row-level work once per four blocks; slower on the H200)
 VARIANTS = {"b1": 1, "b2": 2, "b4": 4}
+# An NVFP4 variant may also name its CTA size: "b2_cta128" (threads per CTA; default CTA).
+VARIANT = re.compile(r"^(b[124])(?:_cta(64|128|256|512))?$")
 
 
 @functools.lru_cache(maxsize=None)  # memoized: built on every launch
 def spec(cache_format: str, kv_heads: int, head_dim: int, variant: str = "b1") -> KernelSpec:
     if cache_format not in FORMATS:
         raise ValueError(f"{NAME}: cache format must be one of {FORMATS}, got {cache_format!r}")
-    if variant not in VARIANTS:
-        raise ValueError(f"{NAME}: variant must be one of {tuple(VARIANTS)}, got {variant!r}")
+    match = VARIANT.match(variant)
+    if match is None:
+        raise ValueError(f"{NAME}: variant must be one of {tuple(VARIANTS)}, optionally with _cta64/128/256/512, "
+                         f"got {variant!r}")
     if variant != "b1" and cache_format != "nvfp4":
         raise ValueError(f"{NAME}: variant {variant!r} applies to NVFP4 pages only")
-    blocks_per_thread = VARIANTS[variant]
+    blocks_per_thread = VARIANTS[match.group(1)]
+    cta = int(match.group(2) or CTA)
     if kv_heads <= 0:
         raise ValueError(f"{NAME}: kv_heads must be positive, got {kv_heads}")
     nvfp4 = cache_format == "nvfp4"
@@ -43,8 +49,8 @@ def spec(cache_format: str, kv_heads: int, head_dim: int, variant: str = "b1") -
         op=NAME,
         name=kernel_name(NAME, *parts, dims={"hkv": kv_heads, "d": head_dim}),
         template=TEMPLATE,
-        params={"nvfp4": nvfp4, "d": head_dim, "hkv": kv_heads, "cta": CTA, "blocks_per_thread": blocks_per_thread},
-        launch={"threads": CTA, "rows_per_cta": CTA // threads_per_row},
+        params={"nvfp4": nvfp4, "d": head_dim, "hkv": kv_heads, "cta": cta, "blocks_per_thread": blocks_per_thread},
+        launch={"threads": cta, "rows_per_cta": cta // threads_per_row},
         headers=("trace_kernels/kv_append.cuh",),
     )
 
