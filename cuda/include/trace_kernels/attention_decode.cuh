@@ -32,8 +32,22 @@
 
 namespace trace_kernels {
 
+// One pipeline stage in shared memory: K codes, V codes, K block scales, V block scales, K row
+// scales, V row scales of ROWS (token, kv head) rows, each array dense (bytes per row given).
+template <int ROWS, int CODE_BYTES, int SCALE_BYTES, int ROW_SCALE_BYTES>
+struct KvStageLayout {
+  static constexpr int kOffKc = 0;
+  static constexpr int kOffVc = kOffKc + ROWS * CODE_BYTES;
+  static constexpr int kOffKb = kOffVc + ROWS * CODE_BYTES;
+  static constexpr int kOffVb = kOffKb + ROWS * SCALE_BYTES;
+  static constexpr int kOffKs = kOffVb + ROWS * SCALE_BYTES;
+  static constexpr int kOffVs = kOffKs + ROWS * ROW_SCALE_BYTES;
+  static constexpr int kLayoutBytes = kOffVs + ROWS * ROW_SCALE_BYTES;
+};
+
 template <bool NVFP4_, int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int TT_, int STAGES_>
-struct DecodeAttentionConfig {
+struct DecodeAttentionConfig
+    : KvStageLayout<TT_, NVFP4_ ? D_ / 2 : 2 * D_, NVFP4_ ? D_ / 16 : 0, NVFP4_ ? 4 : 0> {
   static constexpr bool kNvfp4 = NVFP4_;
   static constexpr int D = D_;
   static constexpr int HKV = HKV_;
@@ -52,13 +66,7 @@ struct DecodeAttentionConfig {
   // Stage layout in shared memory (bytes per token row of one kv head).
   static constexpr int kCodeBytes = kNvfp4 ? D / 2 : 2 * D;  // codes (NVFP4) or bf16 data
   static constexpr int kScaleBytes = kNvfp4 ? D / 16 : 0;    // e4m3 block scales
-  static constexpr int kOffKc = 0;
-  static constexpr int kOffVc = kOffKc + TT * kCodeBytes;
-  static constexpr int kOffKb = kOffVc + TT * kCodeBytes;
-  static constexpr int kOffVb = kOffKb + TT * kScaleBytes;
-  static constexpr int kOffKs = kOffVb + TT * kScaleBytes;
-  static constexpr int kOffVs = kOffKs + (kNvfp4 ? TT * 4 : 0);
-  static constexpr int kStageBytes = kOffVs + (kNvfp4 ? TT * 4 : 0);
+  static constexpr int kStageBytes = DecodeAttentionConfig::kLayoutBytes;  // offsets: KvStageLayout
   static constexpr int kReduceBytes = kWarps * G * D * 4;  // end-of-CTA reduction, reuses the stages
   static constexpr int kSmemBytes = (STAGES * kStageBytes > kReduceBytes) ? STAGES * kStageBytes : kReduceBytes;
 

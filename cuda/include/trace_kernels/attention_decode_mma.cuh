@@ -29,7 +29,7 @@
 namespace trace_kernels {
 
 template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int STAGES_>
-struct DecodeAttentionMmaConfig {
+struct DecodeAttentionMmaConfig : KvStageLayout</*TT=*/64, D_ / 2, D_ / 16, 4> {
   static constexpr bool kNvfp4 = true;
   static constexpr int D = D_;
   static constexpr int HKV = HKV_;
@@ -43,13 +43,7 @@ struct DecodeAttentionMmaConfig {
   static constexpr int kWarps = 4;
   static constexpr int kCodeBytes = D / 2;
   static constexpr int kScaleBytes = D / 16;
-  static constexpr int kOffKc = 0;
-  static constexpr int kOffVc = kOffKc + TT * kCodeBytes;
-  static constexpr int kOffKb = kOffVc + TT * kCodeBytes;
-  static constexpr int kOffVb = kOffKb + TT * kScaleBytes;
-  static constexpr int kOffKs = kOffVb + TT * kScaleBytes;
-  static constexpr int kOffVs = kOffKs + TT * 4;
-  static constexpr int kStageBytes = kOffVs + TT * 4;
+  static constexpr int kStageBytes = DecodeAttentionMmaConfig::kLayoutBytes;  // offsets: KvStageLayout
   static constexpr int kKWords = D / 32;       // QK: 32-bit code words per thread per token (region D/4)
   static constexpr int kKSteps = D / 16;       // QK MMA k-steps
   static constexpr int kNTiles = D / 8;        // PV MMA n-tiles

@@ -32,7 +32,7 @@
 namespace trace_kernels {
 
 template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS_, int STAGES_>
-struct DecodeAttentionMma2Config {
+struct DecodeAttentionMma2Config : KvStageLayout</*TT=*/32 * WARPS_, D_ / 2, D_ / 16, 4> {
   static constexpr bool kNvfp4 = true;
   static constexpr int D = D_;
   static constexpr int HKV = HKV_;
@@ -47,13 +47,7 @@ struct DecodeAttentionMma2Config {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kCodeBytes = D / 2;
   static constexpr int kScaleBytes = D / 16;
-  static constexpr int kOffKc = 0;
-  static constexpr int kOffVc = kOffKc + TT * kCodeBytes;
-  static constexpr int kOffKb = kOffVc + TT * kCodeBytes;
-  static constexpr int kOffVb = kOffKb + TT * kScaleBytes;
-  static constexpr int kOffKs = kOffVb + TT * kScaleBytes;
-  static constexpr int kOffVs = kOffKs + TT * 4;
-  static constexpr int kStageBytes = kOffVs + TT * 4;
+  static constexpr int kStageBytes = DecodeAttentionMma2Config::kLayoutBytes;  // offsets: KvStageLayout
   static constexpr int kKWords = D / 32;  // QK: code words per token per thread (D/4 elements)
   static constexpr int kKSteps = D / 16;  // QK k-steps
   static constexpr int kVWords = D / 64;  // PV: code words per token per thread (D/8 elements)

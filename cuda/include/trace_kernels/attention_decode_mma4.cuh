@@ -28,8 +28,9 @@
 
 namespace trace_kernels {
 
+// Stage rows: TT tokens x Hkv heads (TT = 32 x WARPS_PER_HEAD), in the cache's order.
 template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS_PER_HEAD_, int STAGES_>
-struct DecodeAttentionMma4Config {
+struct DecodeAttentionMma4Config : KvStageLayout<32 * WARPS_PER_HEAD_ * HKV_, D_ / 2, D_ / 16, 4> {
   static constexpr bool kNvfp4 = true;
   static constexpr int D = D_;
   static constexpr int HKV = HKV_;
@@ -46,14 +47,7 @@ struct DecodeAttentionMma4Config {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kCodeBytes = D / 2;
   static constexpr int kScaleBytes = D / 16;
-  static constexpr int kRows = TT * HKV;  // (token, kv head) rows of a tile
-  static constexpr int kOffKc = 0;
-  static constexpr int kOffVc = kOffKc + kRows * kCodeBytes;
-  static constexpr int kOffKb = kOffVc + kRows * kCodeBytes;
-  static constexpr int kOffVb = kOffKb + kRows * kScaleBytes;
-  static constexpr int kOffKs = kOffVb + kRows * kScaleBytes;
-  static constexpr int kOffVs = kOffKs + kRows * 4;
-  static constexpr int kOffBar = kOffVs + kRows * 4;  // the stage's mbarrier (8 bytes)
+  static constexpr int kOffBar = DecodeAttentionMma4Config::kLayoutBytes;  // the stage's mbarrier (8 bytes)
   static constexpr int kStageBytes = (kOffBar + 8 + 127) / 128 * 128;
   static constexpr int kRunBytes = 2 * (D / 2 + D / 16 + 4) * HKV;  // per token position, K and V
   static constexpr int kKWords = D / 32;
