@@ -14,3 +14,47 @@ fi
 export PYTHONUNBUFFERED=1
 export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache}
 left() { echo $(( BUDGET - SECONDS )); }
+
+# Helpers the run_gpu_checks_*.sh scripts share. Each runs one step under `timeout`, writes its whole
+# output to LOG and prints a short summary (the device tool returns the last lines of stdout).
+
+# tar_on_exit DIR: pack DIR into DIR.tar when the script ends (the device tool returns files, not
+# folders) and print the script's total time.
+tar_on_exit() {
+  trap "echo \"total \${SECONDS}s\"; tar -cf '$1.tar' -C '$(dirname "$1")' '$(basename "$1")' && rm -rf '$1'" EXIT
+}
+
+# gpu_tests LIMIT LOG PYTEST_ARGS...: pytest, quiet, failures listed, no cache folder.
+gpu_tests() {
+  local limit=$1 log=$2; shift 2
+  timeout "$limit" python3 -m pytest -q -rfE -p no:cacheprovider "$@" > "$log" 2>&1
+  echo "$(basename "$log" .log) exit $?"; grep -E "^FAILED|^ERROR" "$log" | head -5; tail -1 "$log"
+}
+
+# sanitize TOOL LIMIT LOG CMD...: compute-sanitizer memcheck / racecheck on CMD. API errors are not
+# reported: cuda.bindings' symbol lookups at module load return INVALID_VALUE by design.
+sanitize() {
+  local tool=$1 limit=$2 log=$3; shift 3
+  timeout "$limit" compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 9 --print-limit 20 "$@" \
+    > "$log" 2>&1
+  echo "$tool exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|OK|FAIL" "$log" | tail -3
+}
+
+# ncu_report REP LIMIT KERNEL_REGEX CMD...: Nsight Compute (clocks not locked) on the first launch of
+# a kernel matching KERNEL_REGEX; REP.txt has the section pages, REP.raw.csv every metric collected,
+# REP.log the run's output.
+NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis
+  --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats"
+ncu_report() {
+  local rep=$1 limit=$2 regex=$3; shift 3
+  # shellcheck disable=SC2086  # NCU_SECTIONS is a list of options
+  timeout "$limit" ncu --clock-control none --target-processes all -k "regex:$regex" -c 1 $NCU_SECTIONS -o "$rep" \
+    "$@" > "$rep.log" 2>&1
+  echo "ncu $(basename "$rep") exit: $? (limit ${limit}s, ${SECONDS}s)" | tee -a "$rep.log"
+  [ -f "$rep.ncu-rep" ] || return 0
+  timeout 6 ncu --import "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+  timeout 6 ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
+  rm -f "$rep.ncu-rep"  # both exports hold what it does; it would only add bytes to bring back
+  grep -E "Memory Throughput|DRAM Throughput|Duration|SM Frequency|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per|Block Limit|Eligible|Active Warps" \
+    "$rep.txt" | head -20
+}

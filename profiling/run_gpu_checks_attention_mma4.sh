@@ -16,14 +16,9 @@ BUDGET=${BUDGET:-540}
 A="$OUT/attn"
 mkdir -p "$A"
 source profiling/gpu_env.sh "$A/setup.log"
+tar_on_exit "$A"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
   git log -1 --format='%H %s' 2>/dev/null; git status --short 2>/dev/null | head -20; } >> "$A/setup.log" 2>&1
-
-finish() {
-  echo "total ${SECONDS}s" | tee -a "$A/setup.log"
-  tar -cf "$OUT/attn.tar" -C "$OUT" attn && rm -rf "$A"
-}
-trap finish EXIT
 
 # (0)
 TRACE_KERNELS_PTXAS_CHECK=1 timeout 150 python3 profiling/bench_attention.py --build-only 16 --nvfp4-variants sweep,sweep4 \
@@ -31,17 +26,13 @@ TRACE_KERNELS_PTXAS_CHECK=1 timeout 150 python3 profiling/bench_attention.py --b
 echo "build exit: $? (${SECONDS}s)" | tee -a "$A/build.log"; tail -1 "$A/build.log"
 
 # (1)
-timeout 200 python3 -m pytest tests/gpu/test_kv_kernels.py -q -rfE -p no:cacheprovider -x --durations=8 \
-  > "$A/gpu_tests.log" 2>&1
-echo "gpu tests exit: $? (${SECONDS}s)" | tee -a "$A/gpu_tests.log"; tail -14 "$A/gpu_tests.log"
+gpu_tests 200 "$A/gpu_tests.log" tests/gpu/test_kv_kernels.py -x --durations=8
 
 # (2)
 for tool in memcheck racecheck; do
-  limit=$(( $(left) > 200 ? 60 : 20 ))
-  timeout "$limit" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 --print-limit 20 \
-    python3 -m pytest tests/gpu/test_kv_kernels.py -q -p no:cacheprovider -x \
-    -k "test_decode_ignores_bytes_past_the_end and (lengths0-32-4-128-16-mma4-None or lengths1-8-1-64-64-mma4_w1s2-3)" > "$A/sanitizer_$tool.log" 2>&1
-  echo "$tool exit: $? (${SECONDS}s)" | tee -a "$A/sanitizer_$tool.log"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$A/sanitizer_$tool.log" | tail -3
+  sanitize $tool $(( $(left) > 200 ? 60 : 20 )) "$A/sanitizer_$tool.log" python3 -m pytest tests/gpu/test_kv_kernels.py \
+    -q -p no:cacheprovider -x \
+    -k "test_decode_ignores_bytes_past_the_end and (lengths0-32-4-128-16-mma4-None or lengths1-8-1-64-64-mma4_w1s2-3)"
 done
 
 # (3)
@@ -51,20 +42,9 @@ timeout "$limit" python3 profiling/bench_attention.py --decode-only --nvfp4-vari
 echo "bench exit: $? (limit ${limit}s, ${SECONDS}s)" | tee -a "$A/bench.log"; grep -vE '^\{' "$A/bench.log" | tail -30
 
 # (4)
-SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
-  --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats"
 for variant in ${NCU_VARIANTS:-mma4}; do
   limit=$(( $(left) - 12 ))
   if [ "$limit" -lt 25 ]; then echo "ncu $variant: skipped, $(left)s left" | tee -a "$A/setup.log"; continue; fi
-  rep="$A/ncu_${variant}_b32_l32k"
-  timeout "$limit" ncu --clock-control none --target-processes all -k "regex:decode_attention_nvfp4_${variant}_hq" -c 1 \
-    $SECTIONS -o "$rep" python3 profiling/bench_attention.py --ncu-case 32,32768 --nvfp4-variants "$variant" \
-    > "$rep.log" 2>&1
-  echo "ncu $variant exit: $? (limit ${limit}s, ${SECONDS}s)" | tee -a "$rep.log"
-  [ -f "$rep.ncu-rep" ] || continue
-  timeout 6 ncu --import "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
-  timeout 6 ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
-  grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per|Block Limit|Eligible|Active Warps" \
-    "$rep.txt" | head -20
-  rm -f "$rep.ncu-rep"
+  ncu_report "$A/ncu_${variant}_b32_l32k" "$limit" "decode_attention_nvfp4_${variant}_hq" \
+    python3 profiling/bench_attention.py --ncu-case 32,32768 --nvfp4-variants "$variant"
 done

@@ -9,7 +9,8 @@
 #       contiguous BF16 cache and the copy roofline in the same run (JSON; the table lists CTAs per SM
 #       from the occupancy query, splits and tiles per split of every contender)
 #   (3) with the time left: Nsight Compute on the default mma2 at (B, L) = (32, 32K) (speed of light,
-#       occupancy, warp states, memory and compute workload, instruction mix), then the same on mma2_w1s2.
+#       occupancy, warp states, memory and compute workload, instruction mix), then the same on mma2_w1s2
+#       (section pages and raw metrics; the .ncu-rep itself is not kept).
 # Everything goes to $OUT/attn/, tarred to $OUT/attn.tar at the end.
 # Usage (repo root, carry .whl and .tkcache): OUT=$OUT bash profiling/run_gpu_checks_attention_sweep.sh
 set -uo pipefail
@@ -21,11 +22,7 @@ source profiling/gpu_env.sh "$A/setup.log"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
   ncu --version | tail -1; } >> "$A/setup.log" 2>&1
 
-finish() {
-  echo "total ${SECONDS}s" | tee -a "$A/setup.log"
-  tar -cf "$OUT/attn.tar" -C "$OUT" attn && rm -rf "$A"
-}
-trap finish EXIT
+tar_on_exit "$A"
 
 # (0) cache hits only when the headers are unchanged since the prebuild (else nvcc builds the misses)
 TRACE_KERNELS_PTXAS_CHECK=1 timeout 20 python3 profiling/bench_attention.py --build-only 16 --build-named-only --nvfp4-variants sweep \
@@ -43,22 +40,11 @@ timeout "$limit" python3 profiling/bench_attention.py --decode-only --nvfp4-vari
   --out "$A/attention_sweep_h200.json" > "$A/bench.log" 2>&1
 echo "bench exit: $? (limit ${limit}s, ${SECONDS}s)" | tee -a "$A/bench.log"; grep -vE '^\{' "$A/bench.log" | tail -40
 
-# (3) ncu on (32, 32K): the default kernel first, then the 16-warp one-warp-CTA configuration. The
-# report is saved (-o) and printed twice from it: the section pages (text) and every collected metric
-# (raw CSV: the per-pipe utilisation behind ComputeWorkloadAnalysis, e.g. the conversion (F2FP) pipe).
-SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
-  --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats"
+# (3) ncu on (32, 32K): the default kernel first, then the 16-warp one-warp-CTA configuration (gpu_env.sh's
+# ncu_report: the section pages and every collected metric, e.g. the per-pipe utilisation).
 for variant in mma2 mma2_w1s2; do
   limit=$(( $(left) - 12 ))
   if [ "$limit" -lt 18 ]; then echo "ncu $variant: skipped, $(left)s left" | tee -a "$A/setup.log"; continue; fi
-  rep="$A/ncu_${variant}_b32_l32k"
-  timeout "$limit" ncu --clock-control none --target-processes all -k "regex:decode_attention_nvfp4_${variant}_hq" -c 1 \
-    $SECTIONS -o "$rep" python3 profiling/bench_attention.py --ncu-case 32,32768 --nvfp4-variants "$variant" \
-    > "$rep.log" 2>&1
-  echo "ncu $variant exit: $? (limit ${limit}s, ${SECONDS}s)" | tee -a "$rep.log"
-  [ -f "$rep.ncu-rep" ] || continue
-  timeout 6 ncu --import "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
-  timeout 6 ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
-  grep -E "Memory Throughput|DRAM Throughput|Duration|SM Frequency|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per|Block Limit" \
-    "$rep.txt" | head -16
+  ncu_report "$A/ncu_${variant}_b32_l32k" "$limit" "decode_attention_nvfp4_${variant}_hq" \
+    python3 profiling/bench_attention.py --ncu-case 32,32768 --nvfp4-variants "$variant"
 done

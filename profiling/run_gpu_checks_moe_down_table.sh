@@ -11,22 +11,13 @@ BUDGET=${BUDGET:-420}
 A="$OUT/md"
 mkdir -p "$A"
 source profiling/gpu_env.sh "$A/setup.log"
+tar_on_exit "$A"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv >> "$A/setup.log" 2>&1
-finish() {
-  echo "total ${SECONDS}s" | tee -a "$A/setup.log"
-  tar -cf "$OUT/md.tar" -C "$OUT" md && rm -rf "$A"
-}
-trap finish EXIT
 
-timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_moe_gemm.py \
-  -k "down_combine or batch_invariance or cuda_graph" > "$A/gpu_tests.log" 2>&1
-echo "moe tests exit: $? (${SECONDS}s)" | tee -a "$A/gpu_tests.log"; tail -3 "$A/gpu_tests.log"
-
+gpu_tests 150 "$A/gpu_tests.log" tests/gpu/test_moe_gemm.py -k "down_combine or batch_invariance or cuda_graph"
 for tool in memcheck racecheck; do
-  timeout 60 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 --print-limit 20 \
-    python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_gemm.py -k "test_down_combine_matches_reference and tiny-1024" \
-    > "$A/sanitizer_$tool.log" 2>&1
-  echo "$tool exit: $? (${SECONDS}s)" | tee -a "$A/sanitizer_$tool.log"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$A/sanitizer_$tool.log" | tail -2
+  sanitize $tool 60 "$A/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_gemm.py \
+    -k "test_down_combine_matches_reference and tiny-1024"
 done
 
 limit=$(( $(left) - 10 ))

@@ -19,18 +19,14 @@ timeout 100 python3 profiling/prebuild_engine_kernels.py "E=32,H=512,I=256,k=4,h
   "E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64:1,4,8,32,40" > "$W/build_engine.log" 2>&1
 echo "engine build exit $?"; tail -1 "$W/build_engine.log"
 echo "== MoE GPU tests ($(left)s left)"
-timeout 100 python3 -m pytest tests/gpu/test_moe_gemm.py -q -rfE -p no:cacheprovider > "$W/moe_tests.log" 2>&1
-echo "moe tests exit $?"; grep -E "^FAILED" "$W/moe_tests.log" | head -5; tail -1 "$W/moe_tests.log"
+gpu_tests 100 "$W/moe_tests.log" tests/gpu/test_moe_gemm.py
 echo "== sanitizers ($(left)s left)"
 for tool in memcheck racecheck; do
-  timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 $( [ $tool = memcheck ] && echo --report-api-errors no ) \
-    python3 profiling/moe_gemm_smoke.py --shape tiny --tokens 37 --variants v1,ws > "$W/$tool.log" 2>&1
-  echo "$tool exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|OK|FAIL" "$W/$tool.log" | tail -3
+  sanitize $tool 60 "$W/$tool.log" python3 profiling/moe_gemm_smoke.py --shape tiny --tokens 37 --variants v1,ws
 done
 echo "== engine GPU tests ($(left)s left)"
-timeout 120 python3 -m pytest tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py tests/rl/test_engine_kernels.py \
-  -q -rfE -p no:cacheprovider > "$W/engine_tests.log" 2>&1
-echo "engine tests exit $?"; grep -E "^FAILED" "$W/engine_tests.log" | head -5; tail -1 "$W/engine_tests.log"
+gpu_tests 120 "$W/engine_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py \
+  tests/rl/test_engine_kernels.py
 t=$(( $(left) - 10 ))
 echo "== benchmark ($(left)s left, ${t}s for it)"
 timeout "$t" python3 profiling/bench_moe_gemm.py --reps 10 --variants auto,v1,ws --shapes qwen3-30b-a3b,qwen3-235b-a22b \

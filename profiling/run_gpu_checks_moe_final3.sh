@@ -14,12 +14,9 @@ echo "== build ($(left)s left)"
 timeout 120 python3 profiling/moe_prebuild.py --jobs 15 tiny qwen3-30b-a3b qwen3-235b-a22b > "$W/build_moe.log" 2>&1
 echo "moe build exit $?"; tail -1 "$W/build_moe.log"
 echo "== MoE GPU tests ($(left)s left)"
-timeout 60 python3 -m pytest tests/gpu/test_moe_gemm.py -q -rfE -p no:cacheprovider > "$W/moe_tests.log" 2>&1
-echo "moe tests exit $?"; grep -E "^FAILED" "$W/moe_tests.log" | head -5; tail -1 "$W/moe_tests.log"
+gpu_tests 60 "$W/moe_tests.log" tests/gpu/test_moe_gemm.py
 for tool in memcheck racecheck; do
-  timeout 40 compute-sanitizer --tool $tool --error-exitcode 9 $( [ $tool = memcheck ] && echo --report-api-errors no ) \
-    python3 profiling/moe_gemm_smoke.py --shape tiny --tokens 37 --variants v1,ws > "$W/$tool.log" 2>&1
-  echo "$tool exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|OK|FAIL" "$W/$tool.log" | tail -3
+  sanitize $tool 40 "$W/$tool.log" python3 profiling/moe_gemm_smoke.py --shape tiny --tokens 37 --variants v1,ws
 done
 echo "== MoE benchmark ($(left)s left)"
 timeout 100 python3 profiling/bench_moe_gemm.py --reps 10 --variants auto --shapes qwen3-30b-a3b,qwen3-235b-a22b \

@@ -14,15 +14,11 @@ timeout 90 python3 profiling/prebuild_engine_kernels.py "E=32,H=512,I=256,k=4,hq
   "E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64:1,4,8,32,40" > "$W/build_engine.log" 2>&1
 echo "engine build exit $?"; tail -1 "$W/build_engine.log"
 echo "== pack tests ($(left)s left)"
-timeout 60 python3 -m pytest tests/gpu/test_moe_gemm.py -k pack -q -rfE -p no:cacheprovider > "$W/pack_tests.log" 2>&1
-echo "pack tests exit $?"; grep -E "^FAILED" "$W/pack_tests.log" | head -5; tail -1 "$W/pack_tests.log"
-timeout 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
-  python3 -m pytest tests/gpu/test_moe_gemm.py -k "pack and 128" -q -p no:cacheprovider > "$W/memcheck.log" 2>&1
-echo "memcheck exit $?"; grep -E "ERROR SUMMARY|passed|failed" "$W/memcheck.log" | tail -2
+gpu_tests 60 "$W/pack_tests.log" tests/gpu/test_moe_gemm.py -k pack
+sanitize memcheck 60 "$W/memcheck.log" python3 -m pytest tests/gpu/test_moe_gemm.py -k "pack and 128" -q -p no:cacheprovider
 echo "== engine GPU tests ($(left)s left)"
-timeout 100 python3 -m pytest tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py tests/rl/test_engine_kernels.py \
-  -q -rfE -p no:cacheprovider > "$W/engine_tests.log" 2>&1
-echo "engine tests exit $?"; grep -E "^FAILED" "$W/engine_tests.log" | head -5; tail -1 "$W/engine_tests.log"
+gpu_tests 100 "$W/engine_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py \
+  tests/rl/test_engine_kernels.py
 t=$(( $(left) - 5 ))
 echo "== bench ($(left)s left)"
 timeout "$t" python3 profiling/bench_moe_pack.py --out "$W/moe_pack_h200.json" > "$W/bench.log" 2>&1

@@ -16,13 +16,10 @@ echo "== build ($(left)s left)"
 timeout 150 python3 profiling/moe_prebuild.py --jobs 15 tiny qwen3-30b-a3b > "$W/build_moe.log" 2>&1
 echo "moe build exit $?"; tail -1 "$W/build_moe.log"
 echo "== MoE GPU tests ($(left)s left)"
-timeout 90 python3 -m pytest tests/gpu/test_moe_gemm.py -q -rfE -p no:cacheprovider > "$W/moe_tests.log" 2>&1
-echo "moe tests exit $?"; grep -E "^FAILED" "$W/moe_tests.log" | head -5; tail -1 "$W/moe_tests.log"
+gpu_tests 90 "$W/moe_tests.log" tests/gpu/test_moe_gemm.py
 echo "== sanitizers ($(left)s left)"
 for tool in memcheck racecheck; do
-  timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 $( [ $tool = memcheck ] && echo --report-api-errors no ) \
-    python3 profiling/moe_gemm_smoke.py --shape tiny --tokens 37 --variants v1,ws > "$W/$tool.log" 2>&1
-  echo "$tool exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|OK|FAIL" "$W/$tool.log" | tail -3
+  sanitize $tool 60 "$W/$tool.log" python3 profiling/moe_gemm_smoke.py --shape tiny --tokens 37 --variants v1,ws
 done
 echo "== prefill sweep ($(left)s left)"
 timeout 150 python3 profiling/sweep_moe_gemm_tiles.py --shape qwen3-30b-a3b --tokens 1024,4096,16384 \

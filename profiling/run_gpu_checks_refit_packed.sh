@@ -36,19 +36,14 @@ for f in /tmp/tkcache/v1/nvfp4_refit_packed_*/ptxas.txt; do
   echo "$(basename "$(dirname "$f")"): $(grep -ho 'Used [0-9]* registers' "$f"), $(grep -ho '[0-9]* bytes stack frame, [0-9]* bytes spill stores, [0-9]* bytes spill loads' "$f" | head -1)"
 done > "$W/ptxas.txt"; cat "$W/ptxas.txt"
 echo "== refit_packed GPU tests ($(left)s left)"
-timeout 60 python3 -m pytest tests/gpu/test_refit_packed.py -q -rfE -p no:cacheprovider --durations=5 > "$W/tests.log" 2>&1
-echo "tests exit $?"; grep -E "^FAILED|^ERROR" "$W/tests.log" | head -8; tail -1 "$W/tests.log"
+gpu_tests 60 "$W/tests.log" tests/gpu/test_refit_packed.py --durations=5
 SUBSET="(bitexact and 5-192-320) or nonfinite"
-timeout 40 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
-  python3 -m pytest tests/gpu/test_refit_packed.py -k "$SUBSET" -q -p no:cacheprovider > "$W/memcheck.log" 2>&1
-echo "memcheck exit $?"; grep -E "ERROR SUMMARY|passed|failed" "$W/memcheck.log" | tail -2
-timeout 40 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 \
-  python3 -m pytest tests/gpu/test_refit_packed.py -k "bitexact and 5-192-320" -q -p no:cacheprovider > "$W/racecheck.log" 2>&1
-echo "racecheck exit $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed|failed" "$W/racecheck.log" | tail -2
+sanitize memcheck 40 "$W/memcheck.log" python3 -m pytest tests/gpu/test_refit_packed.py -k "$SUBSET" -q -p no:cacheprovider
+sanitize racecheck 40 "$W/racecheck.log" \
+  python3 -m pytest tests/gpu/test_refit_packed.py -k "bitexact and 5-192-320" -q -p no:cacheprovider
 echo "== engine GPU tests ($(left)s left)"
-timeout 60 python3 -m pytest tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py tests/rl/test_engine_kernels.py \
-  -q -rfE -p no:cacheprovider > "$W/engine_tests.log" 2>&1
-echo "engine tests exit $?"; grep -E "^FAILED|^ERROR" "$W/engine_tests.log" | head -5; tail -1 "$W/engine_tests.log"
+gpu_tests 60 "$W/engine_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py \
+  tests/rl/test_engine_kernels.py
 t=$(( $(left) - 5 )); t=$(( t > 15 ? t : 15 ))  # timeout 0 would mean no limit
 echo "== bench ($(left)s left)"
 timeout "$t" python3 profiling/bench_moe_pack.py --what refit --out "$W/refit_packed_h200.json" > "$W/bench.log" 2>&1

@@ -14,21 +14,12 @@ BUDGET=${BUDGET:-540}
 A="$OUT/st"
 mkdir -p "$A"
 source profiling/gpu_env.sh "$A/setup.log"
+tar_on_exit "$A"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv >> "$A/setup.log" 2>&1
 
-finish() {
-  echo "total ${SECONDS}s" | tee -a "$A/setup.log"
-  tar -cf "$OUT/st.tar" -C "$OUT" st && rm -rf "$A"
-}
-trap finish EXIT
-
-# (1)
-timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_quantize_kernels.py -k "nonfinite" \
-  tests/gpu/test_refit_packed.py > "$A/gpu_tests_status.log" 2>&1
-echo "status + refit_packed tests exit: $? (${SECONDS}s)" | tee -a "$A/gpu_tests_status.log"; tail -4 "$A/gpu_tests_status.log"
-timeout 120 python3 -m pytest -q -rfE -p no:cacheprovider tests/gpu/test_moe_gemm.py \
-  -k "nonfinite or few_persistent or bad_inputs or extreme_rows" > "$A/gpu_tests_moe.log" 2>&1
-echo "moe tests exit: $? (${SECONDS}s)" | tee -a "$A/gpu_tests_moe.log"; tail -4 "$A/gpu_tests_moe.log"
+# (1) (-k applies to both files: refit_packed's non-finite test among them)
+gpu_tests 150 "$A/gpu_tests_status.log" tests/gpu/test_quantize_kernels.py tests/gpu/test_refit_packed.py -k "nonfinite"
+gpu_tests 120 "$A/gpu_tests_moe.log" tests/gpu/test_moe_gemm.py -k "nonfinite or few_persistent or bad_inputs or extreme_rows"
 
 # (2)
 for shape in qwen3-30b-a3b qwen3-235b-a22b; do
