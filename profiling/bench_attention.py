@@ -155,13 +155,15 @@ def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | 
             "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
-def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,)) -> list[dict]:
-    """kv_append NVFP4 (b1, b2 = default, b4: one, two, four blocks per thread; without and with
-    guidance) and BF16 pages, at each token count; fraction_of_copy against copy_bw (bytes/s)."""
+APPEND_VARIANTS = ("b1", "b2", "b4", "b2_cta128")
+
+
+def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,), variants=APPEND_VARIANTS) -> list[dict]:
+    """kv_append NVFP4 variants (b1, b2 = default, b4: one, two, four blocks per thread; ...; without
+    and with guidance) and BF16 pages, at each token count; fraction_of_copy against copy_bw (bytes/s)."""
     rows = []
     for tokens in tokens_list:
-        rows += [bench_append("nvfp4", tokens, g, l2, v) for v in ("b1", "b2", "b4", "b2_cta128")
-                 for g in (False, True)]
+        rows += [bench_append("nvfp4", tokens, g, l2, v) for v in variants for g in (False, True)]
         rows.append(bench_append("bf16", tokens, False, l2))
     for r in rows:
         r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
@@ -304,7 +306,9 @@ def main() -> None:
                              "kernel (a driver for ncu) and exit")
     parser.add_argument("--bf16-variants", default="simt,mma", help="comma list of BF16 decode kernels")
     parser.add_argument("--append-only", action="store_true",
-                        help="only kv_append (NVFP4 b1/b2/b4 with and without guidance, BF16) at 64K and 256K tokens")
+                        help="only kv_append (the --append-variants with and without guidance, BF16) at 64K and 256K tokens")
+    parser.add_argument("--append-variants", default=",".join(APPEND_VARIANTS),
+                        help="comma list of NVFP4 kv_append variants (kv_append.py: b1, b2, b4, + p, + _cta128, ...)")
     parser.add_argument("--build-only", type=int, default=0, metavar="JOBS",
                         help="only build the kernels (JOBS parallel nvcc) and exit; no GPU needed")
     args = parser.parse_args()
@@ -323,9 +327,10 @@ def main() -> None:
           + ", ".join(f"{k} {v / 1e12:.2f}" for k, v in copies.items()) + ")", flush=True)
 
     if args.append_only:
-        append = bench_append_variants(l2, copy_bw, (65536, 262144))
+        append = bench_append_variants(l2, copy_bw, (65536, 262144), args.append_variants.split(","))
         save({"gpu": props.name, "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
-              "command": "python profiling/bench_attention.py --append-only --out " + args.out,
+              "command": f"python profiling/bench_attention.py --append-only --append-variants {args.append_variants} "
+                         f"--out {args.out}",
               "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
               "kv_append": append}, args.out)
         print_append(append)

@@ -35,8 +35,8 @@ def launched_variant(module, name: str | None):
         module.VARIANT = saved
 
 
-def workload(case: str, size: int):
-    """A zero-argument callable that launches the case once."""
+def workload(case: str, size: int, kv_variant: str | None = None):
+    """A zero-argument callable that launches the case once (kv_variant: the kv_append variant)."""
     rows = max(1, size // (2 * D))
     x = torch.randn(rows, D, device="cuda", dtype=torch.bfloat16)  # [rows, D]
     if case == "quantize":
@@ -57,7 +57,7 @@ def workload(case: str, size: int):
         slots = torch.randperm(tokens, device="cuda")  # [T]
         caches = [kv_cache.allocate_nvfp4_pages(tokens // page, page, hkv, d, device="cuda") for _ in range(2)]
         guidance = case == "kv_append+guidance"
-        return lambda: kv_append(k, v, slots, *caches, guidance=guidance, check_values=False)
+        return lambda: kv_append(k, v, slots, *caches, guidance=guidance, check_values=False, variant=kv_variant)
     if case == "refit":
         experts = max(1, size // (2 * REFIT_N * REFIT_K))
         w = torch.randn(experts, REFIT_N, REFIT_K, device="cuda", dtype=torch.bfloat16)  # [E, N, K]
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     case, _, name = args.case.partition(":")
     module = MODULES.get(case, codegen_guided)
     with launched_variant(module, None if case.startswith("kv_append") else name or None):
-        run = workload(case, args.mb * MB)
+        run = workload(case, args.mb * MB, (name or None) if case.startswith("kv_append") else None)
         run()  # warm-up: JIT load, first-touch of the outputs
         torch.cuda.synchronize()
         run()

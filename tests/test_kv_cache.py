@@ -189,6 +189,15 @@ def test_kernel_names_and_shapes():
     assert "128" in small_cta.render() and kv_codegen.spec("nvfp4", 4, 128, "b2").launch["threads"] == kv_codegen.CTA
     with pytest.raises(ValueError, match="variant"):
         kv_codegen.spec("nvfp4", 4, 128, "b2_cta96")
+    # "p": the same row groups in a persistent, software-pipelined loop (one kernel per variant name)
+    pipelined = kv_codegen.spec("nvfp4", 4, 128, "b2p_cta128")
+    assert pipelined.name == "kv_append_nvfp4_b2p_cta128_hkv4_d128_sm90a"
+    assert pipelined.launch["persistent"] and not small_cta.launch["persistent"]
+    assert "/*PIPELINED=*/true" in pipelined.render() and "/*PIPELINED=*/false" in small_cta.render()
+    assert pipelined.launch["rows_per_cta"] == small_cta.launch["rows_per_cta"]
+    for bad in ("b2pp", "p", "b2_cta128p"):
+        with pytest.raises(ValueError, match="variant"):
+            kv_codegen.spec("nvfp4", 4, 128, bad)
     # what an append launches: BF16 pages their one kernel whatever the NVFP4 default is
     from trace_kernels.kv_append import DEFAULT_NVFP4_VARIANT, kernel_spec
     assert kernel_spec(False, 4, 128) == kv_codegen.spec("bf16", 4, 128)

@@ -112,6 +112,7 @@ def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool 
 # (codegen/ops/kv_append.py). b2 is the fastest on the H200 in every same-run A/B (2026-12-02: 0.213 ms
 # for 256K tokens, 78% of copy; b1 0.239, b4 0.258; profiling/results/kv_append_h200.json, docs/kv_cache.md)
 DEFAULT_NVFP4_VARIANT = "b2"
+GRID_LIMIT: int | None = None  # tests: cap a persistent ("p") grid so each CTA takes several row tiles
 
 
 class _Nvfp4PagePtrs(ctypes.Structure):  # trace_kernels::Nvfp4PagePtrs
@@ -137,7 +138,7 @@ def kernel_spec(nvfp4_pages: bool, kv_heads: int, head_dim: int, variant: str = 
 
 def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, guidance: bool,
             variant: str = "") -> KVGuidance | None:
-    from trace_kernels.ops._common import check_cuda_device, new_output, status_buffer
+    from trace_kernels.ops._common import check_cuda_device, new_output, resident_ctas, status_buffer
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
     device = check_cuda_device(k)
     tokens, hkv, d = k.shape
@@ -149,7 +150,11 @@ def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, g
                                          mantissa_bits=new_output((tokens, hkv, d // 8), torch.uint8, k.device)))
     if tokens:
         spec = kernel_spec(geom.nvfp4, hkv, d, variant)
-        grid = (-(-tokens * hkv // spec.launch["rows_per_cta"]), 2)
+        kernel = kernel_for(spec)
+        tiles = -(-tokens * hkv // spec.launch["rows_per_cta"])
+        if spec.launch.get("persistent"):  # one resident wave, shared by the K (y = 0) and V (y = 1) halves
+            tiles = min(tiles, GRID_LIMIT or max(1, resident_ctas(kernel, device, spec.launch["threads"]) // 2))
+        grid = (tiles, 2)
         if geom.nvfp4:
             pages = [_by_value(_Nvfp4PagePtrs(c.codes.data_ptr(), c.block_scales.data_ptr(), c.scale.data_ptr()))
                      for c in (k_cache, v_cache)]
@@ -161,7 +166,7 @@ def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, g
             args = [ptr(k), ptr(v), ptr(slot_mapping), ptr(k_cache.data), ptr(v_cache.data), i32(tokens),
                     i64(geom.num_slots)]
         with nvtx.annotate("kv_append"):
-            kernel_for(spec).launch(device, grid, (spec.launch["threads"],), args)
+            kernel.launch(device, grid, (spec.launch["threads"],), args)
     return KVGuidance(*guides) if guidance else None
 
 

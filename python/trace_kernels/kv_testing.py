@@ -119,6 +119,7 @@ def naive_attention_fp64(case: PagedCase, softmax_scale: float | None = None) ->
 TEST_SHAPES = ((8, 8, 64, 16), (16, 4, 128, 16), (32, 4, 128, 64), (8, 1, 64, 64), (64, 4, 128, 16),
                (32, 4, 128, 16))
 APPEND_SHAPES = ((2, 64), (4, 128), (8, 128))  # (Hkv, D)
+APPEND_VARIANTS = ("b2", "b4", "b2_cta128", "b1p", "b2p", "b2p_cta128")  # NVFP4 variants the GPU tests launch (+ b1)
 
 
 def kernel_specs() -> list:
@@ -131,7 +132,8 @@ def kernel_specs() -> list:
                   decode_attention.spec("bf16", hq, hkv, d, p), decode_attention.spec("bf16", hq, hkv, d, p, "mma")]
     specs += [decode_attention.combine_spec(d) for d in (64, 128)]
     specs += [kv_codegen.spec(f, hkv, d) for f in ("nvfp4", "bf16") for hkv, d in APPEND_SHAPES]
-    specs += [kv_codegen.spec("nvfp4", hkv, d, "b2") for hkv, d in APPEND_SHAPES]
+    specs += [kv_codegen.spec("nvfp4", hkv, d, v) for hkv, d in APPEND_SHAPES for v in APPEND_VARIANTS
+              if (d // 16) % int(v[1]) == 0]
     return list({s.name: s for s in specs}.values())
 
 
