@@ -155,7 +155,7 @@ def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | 
             "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
-APPEND_VARIANTS = ("b1", "b2", "b4", "b2_cta128")
+APPEND_VARIANTS = ("b1", "b2", "b4", "b2_cta128")  # b2_cta128: the default (kv_append.DEFAULT_NVFP4_VARIANT)
 
 
 def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,), variants=APPEND_VARIANTS) -> list[dict]:

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from trace_kernels import paths
-from trace_kernels.codegen.ops import guided_fake_quantize, quantize, refit_weights
+from trace_kernels.codegen.ops import guided_fake_quantize, kv_append, quantize, refit_weights
 from trace_kernels.jit import compiler
 
 # (text in cuda/include, replacement) that removes a cold path from the hot-path build
@@ -50,14 +50,21 @@ MODE_ON = {"plain": (), "counters": ("counters",), "outputs": ("dequant", "manti
 INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/")
 
 
-def hot_path_headers(mode: str, into: Path) -> Path:
+# kv_append only (its own build): rows take the fast block path, and no guidance is written
+KV_APPEND_HOT = [
+    ("bool row_scale_fast(float s) {", "bool row_scale_fast(float s) { return true;"),
+    ("guidance.mantissa_bits != nullptr", "false"),
+]
+
+
+def hot_path_headers(mode: str, into: Path, extra: list[tuple[str, str]] = ()) -> Path:
     shutil.copytree(paths.include_dir(), into)
     for header in (into / "trace_kernels").glob("*.cuh"):
         text = header.read_text()
-        for old, new in COLD_PATHS:
+        for old, new in [*COLD_PATHS, *extra]:
             text = text.replace(old, new)
         for name in OPTIONAL:
-            text = text.replace(f"{name} != nullptr", "true" if name in MODE_ON[mode] else "false")
+            text = re.sub(rf"(?<![\w.]){name} != nullptr", "true" if name in MODE_ON[mode] else "false", text)
         header.write_text(text)
     return into
 
@@ -127,6 +134,16 @@ def main(argv=None) -> int:
         total = compile_spec(spec, includes["plain"], work, args.cuobjdump)[1]
         print(f"{spec.name:48s} {report.registers:4d} {report.spill_stores:5d} {report.stack_frame:5d}  "
               f"whole kernel {total} SASS for {elements} elements per thread and tile (both phases)")
+    # kv_append (Hkv 4, D 128, no guidance): blocks per thread 2 and 4 differ by 2 blocks per thread
+    kv_include = [f"-I{hot_path_headers('plain', work / 'include_kv_append', KV_APPEND_HOT)}"]
+    counts = {}
+    for v in ("b2", "b4"):
+        spec = kv_append.spec("nvfp4", 4, 128, v)
+        report, _ = compile_spec(spec, shipped, work, None)
+        counts[v] = compile_spec(spec, kv_include, work, args.cuobjdump)[1]
+        print(f"{spec.name:48s} {report.registers:4d} {report.spill_stores:5d} {report.stack_frame:5d}  "
+              f"whole kernel {counts[v]} SASS for {kv_append.VARIANTS[v] * 16} elements per thread")
+    print(f"{'kv_append hot path':48s} {'':16s}  {(counts['b4'] - counts['b2']) / 2:.0f} SASS per 16-element block")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -189,13 +189,12 @@ def test_kernel_names_and_shapes():
     assert "128" in small_cta.render() and kv_codegen.spec("nvfp4", 4, 128, "b2").launch["threads"] == kv_codegen.CTA
     with pytest.raises(ValueError, match="variant"):
         kv_codegen.spec("nvfp4", 4, 128, "b2_cta96")
-    # "p": the same row groups in a persistent, software-pipelined loop (one kernel per variant name)
-    pipelined = kv_codegen.spec("nvfp4", 4, 128, "b2p_cta128")
-    assert pipelined.name == "kv_append_nvfp4_b2p_cta128_hkv4_d128_sm90a"
-    assert pipelined.launch["persistent"] and not small_cta.launch["persistent"]
-    assert "/*PIPELINED=*/true" in pipelined.render() and "/*PIPELINED=*/false" in small_cta.render()
-    assert pipelined.launch["rows_per_cta"] == small_cta.launch["rows_per_cta"]
-    for bad in ("b2pp", "p", "b2_cta128p"):
+    # "_mbN": the CTAs per SM the registers must allow (__launch_bounds__' second argument)
+    bounded = kv_codegen.spec("nvfp4", 4, 128, "b2_cta128_mb12")
+    assert bounded.name == "kv_append_nvfp4_b2_cta128_mb12_hkv4_d128_sm90a"
+    assert "__launch_bounds__(128, 12)" in bounded.render() and "__launch_bounds__(128)" in small_cta.render()
+    assert bounded.launch == small_cta.launch
+    for bad in ("b2_mb0", "b2_mb17", "b2_mb12_cta128", "b2_cta512_mb5"):
         with pytest.raises(ValueError, match="variant"):
             kv_codegen.spec("nvfp4", 4, 128, bad)
     # what an append launches: BF16 pages their one kernel whatever the NVFP4 default is

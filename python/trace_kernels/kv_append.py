@@ -108,11 +108,11 @@ def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool 
 # GPU launch
 # ----------------------------------------------------------------------------------------------
 
-# NVFP4 append kernel: "b1" (one block per thread), "b2" (two) or "b4" (four), optionally "_cta128" etc.
-# (codegen/ops/kv_append.py). b2 is the fastest on the H200 in every same-run A/B (2026-12-02: 0.213 ms
-# for 256K tokens, 78% of copy; b1 0.239, b4 0.258; profiling/results/kv_append_h200.json, docs/kv_cache.md)
-DEFAULT_NVFP4_VARIANT = "b2"
-GRID_LIMIT: int | None = None  # tests: cap a persistent ("p") grid so each CTA takes several row tiles
+# NVFP4 append kernel: "b1" (one block per thread), "b2" (two) or "b4" (four), optionally "_cta128" (threads
+# per CTA) and "_mb12" (CTAs per SM the registers must allow); codegen/ops/kv_append.py. b2 in 128-thread
+# CTAs: never slower than b2's 256 in three same-run A/Bs on the H200, 3-5% faster at 64K tokens
+# (profiling/results/kv_append_h200.json, kv_append_pipelined_h200.json, docs/kv_cache.md)
+DEFAULT_NVFP4_VARIANT = "b2_cta128"
 
 
 class _Nvfp4PagePtrs(ctypes.Structure):  # trace_kernels::Nvfp4PagePtrs
@@ -138,7 +138,7 @@ def kernel_spec(nvfp4_pages: bool, kv_heads: int, head_dim: int, variant: str = 
 
 def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, guidance: bool,
             variant: str = "") -> KVGuidance | None:
-    from trace_kernels.ops._common import check_cuda_device, new_output, resident_ctas, status_buffer
+    from trace_kernels.ops._common import check_cuda_device, new_output, status_buffer
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
     device = check_cuda_device(k)
     tokens, hkv, d = k.shape
@@ -150,11 +150,7 @@ def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, g
                                          mantissa_bits=new_output((tokens, hkv, d // 8), torch.uint8, k.device)))
     if tokens:
         spec = kernel_spec(geom.nvfp4, hkv, d, variant)
-        kernel = kernel_for(spec)
-        tiles = -(-tokens * hkv // spec.launch["rows_per_cta"])
-        if spec.launch.get("persistent"):  # one resident wave, shared by the K (y = 0) and V (y = 1) halves
-            tiles = min(tiles, GRID_LIMIT or max(1, resident_ctas(kernel, device, spec.launch["threads"]) // 2))
-        grid = (tiles, 2)
+        grid = (-(-tokens * hkv // spec.launch["rows_per_cta"]), 2)
         if geom.nvfp4:
             pages = [_by_value(_Nvfp4PagePtrs(c.codes.data_ptr(), c.block_scales.data_ptr(), c.scale.data_ptr()))
                      for c in (k_cache, v_cache)]
@@ -166,7 +162,7 @@ def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, g
             args = [ptr(k), ptr(v), ptr(slot_mapping), ptr(k_cache.data), ptr(v_cache.data), i32(tokens),
                     i64(geom.num_slots)]
         with nvtx.annotate("kv_append"):
-            kernel.launch(device, grid, (spec.launch["threads"],), args)
+            kernel_for(spec).launch(device, grid, (spec.launch["threads"],), args)
     return KVGuidance(*guides) if guidance else None
 
 
@@ -228,8 +224,8 @@ def kv_append(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_ca
     caller guarantees them (the kernel still never writes outside the cache, and flags NaN/Inf in
     the status word read by trace_kernels.ops.raise_on_nonfinite, leaving those rows unwritten).
     variant picks the NVFP4 kernel ("b1": one 16-element block per thread, "b2": two, "b4": four;
-    a "_cta128"-style suffix sets the threads per CTA; default DEFAULT_NVFP4_VARIANT); BF16 pages have
-    one kernel.
+    "_cta128" sets the threads per CTA, "_mb12" the CTAs per SM its registers must allow; default
+    DEFAULT_NVFP4_VARIANT); BF16 pages have one kernel.
     """
     geom = validate(k, v, slot_mapping, k_cache, v_cache, guidance=guidance, check_values=check_values)
     if variant is not None:

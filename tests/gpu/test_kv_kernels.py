@@ -45,8 +45,8 @@ def _special_rows(k: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("cache_format,variant", [("nvfp4", "b1"), ("nvfp4", "b2"), ("nvfp4", "b4"),
-                                                  ("nvfp4", "b2_cta128"), ("nvfp4", "b1p"), ("nvfp4", "b2p"),
-                                                  ("nvfp4", "b2p_cta128"), ("bf16", None)])
+                                                  ("nvfp4", "b2_cta128"), ("nvfp4", "b2_cta128_mb12"),
+                                                  ("bf16", None)])
 @pytest.mark.parametrize("lengths,hkv,d,p", [([1, 33, 250], 2, 64, 16), ([700, 5], 4, 128, 64),
                                              ([3000] * 6, 8, 128, 16)])
 def test_kv_append_bit_exact(cache_format, variant, lengths, hkv, d, p):
@@ -72,28 +72,7 @@ def test_kv_append_bit_exact(cache_format, variant, lengths, hkv, d, p):
             assert torch.equal(guide.scale.cpu().view(torch.int32), ref.scale.view(torch.int32))
 
 
-@pytest.mark.parametrize("variant", ["b1p", "b2p", "b2p_cta128"])
-@pytest.mark.parametrize("grid_limit", [1, 3])
-def test_kv_append_pipelined_loops_over_tiles(monkeypatch, variant, grid_limit):
-    """A persistent grid capped at 1 or 3 CTAs per tensor: every CTA walks many row tiles (both
-    register sets in turn, an odd tile count, a partial last tile), bit-exact as the one-shot kernel."""
-    from trace_kernels import kv_append as kv_append_module
-    monkeypatch.setattr(kv_append_module, "GRID_LIMIT", grid_limit)
-    case = kv_testing.make_case([1000, 37, 500], 4, 4, 128, 16, "nvfp4", seed=11 + grid_limit, fill=False)
-    k, v = _special_rows(case.k_all), case.v_all
-    exp_k, exp_v = _poisoned_pages(case.k_cache), _poisoned_pages(case.v_cache)
-    kv_append_reference(k.to(DEV), v.to(DEV), case.slot_mapping.to(DEV), exp_k, exp_v)
-    got_k, got_v = _poisoned_pages(case.k_cache), _poisoned_pages(case.v_cache)
-    g = kv_append(k.to(DEV), v.to(DEV), case.slot_mapping.to(DEV), got_k, got_v, guidance=True, variant=variant)
-    torch.cuda.synchronize()
-    _assert_pages_equal(got_k, exp_k)
-    _assert_pages_equal(got_v, exp_v)
-    ref = nvfp4.make_guidance(nvfp4.quantize(v))
-    assert torch.equal(g.v.mantissa_bits.cpu(), ref.mantissa_bits)
-    assert torch.equal(g.v.scale.cpu().view(torch.int32), ref.scale.view(torch.int32))
-
-
-@pytest.mark.parametrize("variant", [None, "b2p"])
+@pytest.mark.parametrize("variant", [None, "b2_cta128_mb12"])
 def test_kv_append_nonfinite_sets_status_and_skips_rows(variant):
     from trace_kernels.ops import raise_on_nonfinite
     case = kv_testing.make_case([40], 2, 2, 64, 16, "nvfp4", seed=3, fill=False)

@@ -8,8 +8,7 @@
 // variant "b2": 2, i.e. twice the loads in flight and half the row-level work per block),
 // D/16/BLOCKS_PER_THREAD consecutive threads own one row, so a block amax is thread-local and the
 // row amax a shuffle tree inside the row group. blockIdx.y picks K (0) or V (1). The page position
-// depends only on the slot, not on the page size. Variant suffix "p" (e.g. "b2p"): the same row
-// groups in a persistent, software-pipelined loop (kv_append_nvfp4 below).
+// depends only on the slot, not on the page size.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,9 +21,8 @@
 
 namespace trace_kernels {
 
-template <int D_, int HKV_, int CTA_, int BLOCKS_PER_THREAD_ = 1, bool PIPELINED_ = false>
+template <int D_, int HKV_, int CTA_, int BLOCKS_PER_THREAD_ = 1>
 struct KvAppendNvfp4Config {
-  static constexpr bool kPipelined = PIPELINED_;  // persistent grid, next tile's loads in flight
   static constexpr int D = D_;
   static constexpr int HKV = HKV_;
   static constexpr int CTA = CTA_;
@@ -181,11 +179,9 @@ __device__ __forceinline__ void kv_append_store(const KvAppendLoads<Cfg>& in, in
   }
 }
 
-// One row group per thread (grid = the row tiles), or, with Cfg::kPipelined, a persistent grid
-// (at most one resident wave) in which each CTA walks the tiles blockIdx.x, + gridDim.x, ... and
-// issues the next tile's loads (second register set) before it quantizes the current one, so every
-// warp has bytes in flight while it computes. The loop body is written twice, alternating the two
-// register sets, so no registers are copied between tiles.
+// One row group per thread; grid = the row tiles. (A persistent grid that loaded the next tile while
+// quantizing the current one, variant "p" of 426f3ba, was slower on the H200: 74 registers left 24
+// warps per SM for an ALU-bound loop; docs/kv_cache.md.)
 template <class Cfg>
 __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict__ x,  // [T, Hkv, D]
                                                 const int64_t* __restrict__ slot_mapping,  // [T]
@@ -193,34 +189,10 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
                                                 int64_t num_slots, int which, uint32_t* __restrict__ status) {
   const int rows = tokens * Cfg::HKV;
   const int lane = threadIdx.x % Cfg::kThreadsPerRow;  // the thread's blocks: lane * BPT .. lane * BPT + BPT - 1
-  const int row_in_tile = threadIdx.x / Cfg::kThreadsPerRow;
-  if constexpr (!Cfg::kPipelined) {
-    const int row = blockIdx.x * Cfg::kRowsPerCta + row_in_tile;  // token * Hkv + head
-    KvAppendLoads<Cfg> in;
-    kv_append_load<Cfg>(in, x, slot_mapping, row, lane, rows);
-    kv_append_store<Cfg>(in, row, lane, rows, pages, guidance, num_slots, which, status);
-  } else {
-    const int tiles = (rows + Cfg::kRowsPerCta - 1) / Cfg::kRowsPerCta;
-    const int stride = gridDim.x;
-    int tile = blockIdx.x;  // uniform per CTA: every lane of a warp runs the same iterations
-    if (tile >= tiles) return;
-    KvAppendLoads<Cfg> a, b;
-    kv_append_load<Cfg>(a, x, slot_mapping, tile * Cfg::kRowsPerCta + row_in_tile, lane, rows);
-    while (true) {
-      int next = tile + stride;
-      if (next < tiles) kv_append_load<Cfg>(b, x, slot_mapping, next * Cfg::kRowsPerCta + row_in_tile, lane, rows);
-      kv_append_store<Cfg>(a, tile * Cfg::kRowsPerCta + row_in_tile, lane, rows, pages, guidance, num_slots, which,
-                           status);
-      if (next >= tiles) return;
-      tile = next;
-      next = tile + stride;
-      if (next < tiles) kv_append_load<Cfg>(a, x, slot_mapping, next * Cfg::kRowsPerCta + row_in_tile, lane, rows);
-      kv_append_store<Cfg>(b, tile * Cfg::kRowsPerCta + row_in_tile, lane, rows, pages, guidance, num_slots, which,
-                           status);
-      if (next >= tiles) return;
-      tile = next;
-    }
-  }
+  const int row = blockIdx.x * Cfg::kRowsPerCta + threadIdx.x / Cfg::kThreadsPerRow;  // token * Hkv + head
+  KvAppendLoads<Cfg> in;
+  kv_append_load<Cfg>(in, x, slot_mapping, row, lane, rows);
+  kv_append_store<Cfg>(in, row, lane, rows, pages, guidance, num_slots, which, status);
 }
 
 template <int D_, int HKV_, int CTA_>

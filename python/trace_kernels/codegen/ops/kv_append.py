@@ -17,11 +17,12 @@ TEMPLATE = "kv_append.cu.jinja"
 CTA = 256
 FORMATS = ("nvfp4", "bf16")
 # NVFP4 16-element blocks per thread: "b1", "b2" (twice the loads in flight per thread; the default,
-# kv_append.DEFAULT_NVFP4_VARIANT) or "b4" (row-level work once per four blocks; slower on the H200)
+# kv_append.DEFAULT_NVFP4_VARIANT, is b2 in 128-thread CTAs) or "b4" (row-level work once per four
+# blocks; slower on the H200)
 VARIANTS = {"b1": 1, "b2": 2, "b4": 4}
-# An NVFP4 variant may add "p" (a persistent grid that issues each CTA's next row tile's loads before
-# it quantizes the current one: "b2p") and name its CTA size: "b2_cta128" (threads per CTA; default CTA).
-VARIANT = re.compile(r"^(b[124])(p?)(?:_cta(64|128|256|512))?$")
+# An NVFP4 variant may also name its CTA size, "b2_cta128" (threads per CTA; default CTA), and the
+# CTAs per SM its registers must allow, "b2_cta128_mb12" (__launch_bounds__' second argument).
+VARIANT = re.compile(r"^(b[124])(?:_cta(64|128|256|512))?(?:_mb([1-9]|1[0-6]))?$")
 
 
 @functools.lru_cache(maxsize=None)  # memoized: built on every launch
@@ -30,13 +31,15 @@ def spec(cache_format: str, kv_heads: int, head_dim: int, variant: str = "b1") -
         raise ValueError(f"{NAME}: cache format must be one of {FORMATS}, got {cache_format!r}")
     match = VARIANT.match(variant)
     if match is None:
-        raise ValueError(f"{NAME}: variant must be one of {tuple(VARIANTS)}, optionally with p and/or _cta64/128/256/512, "
+        raise ValueError(f"{NAME}: variant must be one of {tuple(VARIANTS)}, optionally with _cta64/128/256/512 and/or _mb1..16, "
                          f"got {variant!r}")
     if variant != "b1" and cache_format != "nvfp4":
         raise ValueError(f"{NAME}: variant {variant!r} applies to NVFP4 pages only")
     blocks_per_thread = VARIANTS[match.group(1)]
-    pipelined = match.group(2) == "p"
-    cta = int(match.group(3) or CTA)
+    cta = int(match.group(2) or CTA)
+    min_ctas_per_sm = int(match.group(3) or 0)
+    if cta * min_ctas_per_sm > 2048:
+        raise ValueError(f"{NAME}: variant {variant!r} asks for {min_ctas_per_sm} CTAs of {cta} threads per SM (at most 2048)")
     if kv_heads <= 0:
         raise ValueError(f"{NAME}: kv_heads must be positive, got {kv_heads}")
     nvfp4 = cache_format == "nvfp4"
@@ -52,14 +55,16 @@ def spec(cache_format: str, kv_heads: int, head_dim: int, variant: str = "b1") -
         name=kernel_name(NAME, *parts, dims={"hkv": kv_heads, "d": head_dim}),
         template=TEMPLATE,
         params={"nvfp4": nvfp4, "d": head_dim, "hkv": kv_heads, "cta": cta, "blocks_per_thread": blocks_per_thread,
-                "pipelined": pipelined},
-        launch={"threads": cta, "rows_per_cta": cta // threads_per_row, "persistent": pipelined},
+                "min_ctas_per_sm": min_ctas_per_sm},
+        launch={"threads": cta, "rows_per_cta": cta // threads_per_row},
         headers=("trace_kernels/kv_append.cuh",),
     )
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
-    return [spec(f, shape.kv_heads, shape.head_dim) for f in FORMATS] + [spec("nvfp4", shape.kv_heads, shape.head_dim, "b2")]
+    from trace_kernels.kv_append import DEFAULT_NVFP4_VARIANT  # what an append launches by default
+    return [spec(f, shape.kv_heads, shape.head_dim) for f in FORMATS] + [
+        spec("nvfp4", shape.kv_heads, shape.head_dim, DEFAULT_NVFP4_VARIANT)]
 
 
 OP = OpCodegen(NAME, specs_for_shape, "K/V [T, Hkv, D] + slot mapping -> NVFP4 (+ guidance) or BF16 KV pages")
