@@ -104,6 +104,7 @@ def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) 
 
 def tile_label(tile) -> str:
     knobs = f"{tile.variant}_tn{tile.tile_tokens}_st{tile.stages}_mb{tile.min_blocks}_wg{tile.warpgroups}"
+    knobs += "_qa1" if getattr(tile, "quantize_after", False) else ""
     if tile.variant == "ws":
         knobs += f"_cps{tile.chunks_per_stage}_ov{int(tile.overlap)}"
         knobs += f"_mt{tile.m_tiles}" if tile.m_tiles > 1 else ""

@@ -1,5 +1,6 @@
 """The MoE GEMM templates render deterministically, and compile for sm_90a (nvcc, few compiles)."""
 
+import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -14,9 +15,13 @@ from trace_kernels.jit import compiler
 def test_specs_render_deterministically_with_readable_names():
     for name in ("tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"):
         specs = codegen.specs_for_shape(shapes.preset(name), tuple(codegen.TILE_TABLES))
-        tiles = {kind: {tile for v in codegen.TILE_TABLES for _, tile in codegen.tile_table(v, kind)}
-                 for kind in codegen.KINDS}  # auto's down GEMM has its own prefill tile
-        assert len({s.name for s in specs}) == len(specs) == sum(map(len, tiles.values())) + 1
+        # one kernel per (kind, tile), auto's down GEMM with its own prefill tile; a quantize_after tile
+        # builds the Swiglu kernel for gate_up_swiglu, and the base tile's kernels for the other kinds
+        kernels = {("gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind,
+                    dataclasses.replace(tile, quantize_after=False))
+                   for v in codegen.TILE_TABLES for kind in codegen.KINDS if kind != "gate_up_swiglu_h"
+                   for _, tile in codegen.tile_table(v, kind)}
+        assert len({s.name for s in specs}) == len(specs) == len(kernels) + 1
         default = codegen.specs_for_shape(shapes.preset(name))  # what the AOT build and calls use
         assert len(default) == 3 * len(codegen.TILE_TABLES[codegen.DEFAULT_VARIANT]) + 1
         assert codegen.DEFAULT_VARIANT == "auto"
@@ -33,7 +38,8 @@ def test_tile_table_and_smem():
     for variant in codegen.TILE_TABLES:
         assert codegen.tile_for_rows(64 * 8, 128, variant).tile_tokens == 8  # decode: 4 rows per expert
         assert codegen.tile_for_rows(16384 * 8, 128, variant).tile_tokens == 128  # prefill
-        assert codegen.tile_for_rows(64 * 8, 128, variant).variant == ("v1" if variant == "auto" else variant)
+        assert codegen.tile_for_rows(64 * 8, 128, variant).variant == (
+            "v1" if variant in codegen.AUTO_TABLES else variant)
     assert codegen.tile_for_rows(1 * 8, 128, "auto").variant == "ws"  # ws wins only below ~1 row per expert
     assert codegen.tile_for_rows(16384 * 8, 128, "auto").variant == "v1"  # ws loses prefill
     for tile in [t for table in codegen.TILE_TABLES.values() for _, t in table] + list(codegen.EXTRA_TILES):
@@ -72,6 +78,7 @@ def test_pack_template_compiles_for_sm90a(tmp_path):
     ("tiny", "gate_up_swiglu", 8, "v1"),
     ("qwen3-30b-a3b", "down_routed", 128, "v1"),
     ("tiny", "gate_up_swiglu", 8, "ws"),
+    ("tiny", "gate_up_swiglu_h", 8, "v1"),  # the SwiGLU-only epilogue of quantize_after tiles
     ("qwen3-30b-a3b", "combine", 0, ""),
 ])
 def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, variant):
@@ -187,9 +194,38 @@ def test_auto_down_gemm_has_its_own_prefill_tile():
     assert codegen.tile_for_rows(prefill, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).variant == "v1"
     assert codegen.tile_for_rows(prefill, 128, "auto").variant == "v1"  # no kind: the shared table
     assert codegen.tile_for_rows(prefill, 128, "v1", kind="down_routed").variant == "v1"  # only auto differs
-    for kind in codegen.KINDS:
-        assert codegen.tile_for_rows(decode, 128, "auto", kind=kind) == codegen.TILE_TABLE[0][1]
+    for kind in codegen.KINDS:  # decode: v1's tile (the fused gate_up's quantized after the GEMM)
+        tile = codegen.tile_for_rows(decode, 128, "auto", kind=kind)
+        assert dataclasses.replace(tile, quantize_after=False) == codegen.TILE_TABLE[0][1]
+        assert tile.quantize_after == (kind == "gate_up_swiglu")
     # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile
     assert codegen.tile_for_rows(prefill, 8, "auto", k=128, kind="down_routed", n=192) == codegen.TILE_TABLE[-1][1]
     names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"))}
     assert codegen.gemm_spec(shapes.preset("qwen3-30b-a3b"), "down_routed", codegen.WS_PREFILL_DOWN_TILE).name in names
+
+
+def test_quantize_after_launches_the_swiglu_h_kernel():
+    """quantize_after: the fused gate_up becomes the Swiglu-epilogue kernel (h only, the plain min_blocks,
+    no tile counters) followed by the quantize kernel; the other kinds keep the base tile's kernels and
+    names; auto_qa is auto with the flag, kept through the ws -> v1 fallback; the table kernels of a
+    quantize_after table are the _h kernels, never both."""
+    shape = shapes.preset("qwen3-30b-a3b")
+    base = codegen.TILE_TABLE[0][1]
+    tile = codegen.TileConfig(**{**base.__dict__, "quantize_after": True})
+    split = codegen.gemm_spec(shape, "gate_up_swiglu_h", tile)
+    assert split.name == "moe_gemm_gate_up_swiglu_h_nvfp4_e128_h2048_i768_tn8_sm90a"
+    assert "Epilogue::Swiglu>" in split.render() or "Epilogue::Swiglu," in split.render()
+    assert split.launch["min_blocks"] == base.min_blocks  # fused_min_blocks bounds the quantizing kernel only
+    for kind in ("gate_up", "gate_up_swiglu", "down_routed"):
+        assert codegen.gemm_spec(shape, kind, tile).render() == codegen.gemm_spec(shape, kind, base).render()
+    auto_qa = codegen.tile_for_rows(512, 128, "auto_qa", k=2048, kind="gate_up_swiglu", n=1536)
+    assert auto_qa.quantize_after and dataclasses.replace(auto_qa, quantize_after=False) == base
+    fallback = codegen.tile_for_rows(1, 8, "auto_qa", k=64, kind="gate_up_swiglu")  # ws does not fit K=64
+    assert fallback.variant == "v1" and fallback.quantize_after
+    names = [s.name for s in codegen.specs_for_shape(shape, ("auto_qa",))]
+    assert any("gate_up_swiglu_h_" in n for n in names) and not any("gate_up_swiglu_nvfp4" in n for n in names)
+    assert not any("gate_up_swiglu_h_" in s.name for s in codegen.specs_for_shape(shape, ("v1",)))
+    # auto: the ws decode tile (<= 1/8 row per expert) keeps the in-kernel quantization, v1's tiles do not
+    assert not codegen.tile_for_rows(8, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after
+    for rows in (64, 512, 8192, 131072):
+        assert codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after

@@ -37,7 +37,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("CHECK_FINITE", "0", "1: check the non-finite status flag after every op (a host sync; debugging)"),
     # read where they act (codegen.ops.moe_gemm, trace_rl.engine.sampler), listed here for `list --env`
     Knob("MOE_VARIANT", "auto", "MoE GEMM tile table for calls without tile=: auto (ws below 1/8 routed row "
-                                "per expert, v1 beyond), v1 or ws"),
+                                "per expert, v1 beyond), v1, ws or auto_qa (auto, every fused gate_up "
+                                "quantized by the quantize kernel after the GEMM)"),
     Knob("SAMPLER", "auto", "rollout sampler: auto = the gumbel_max_sample kernel on CUDA for plain steps "
                             "(T > 0, no top-k / top-p), torch = always the torch reference"),
 )}

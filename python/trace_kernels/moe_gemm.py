@@ -230,7 +230,11 @@ def empty_gate_up_output(m: int, intermediate: int, device) -> GateUpOutput:
 def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, row_index=None, row_scale=None,
                 tile: codegen.TileConfig | None = None, validate: bool = True,
                 out: GateUpOutput | None = None) -> GateUpOutput:
-    """gate_up GEMM + SwiGLU + NVFP4 row quantization + guidance (interleaved weights [E, 2I, H])."""
+    """gate_up GEMM + SwiGLU + NVFP4 row quantization + guidance (interleaved weights [E, 2I, H]).
+
+    The tile decides where the rows of h are quantized: in the GEMM's epilogue (the last CTA of each
+    token tile), or, with tile.quantize_after, by the quantize kernel launched right after a GEMM that
+    only stores h. Both give nvfp4.quantize's bits of the same h."""
     if not a.is_cuda:
         return moe_gemm_ref.moe_gate_up_ref(a, weights, offsets, row_index=row_index, row_scale=row_scale)
     m = _prepare(a, weights, offsets, row_index, row_scale, validate)
@@ -248,9 +252,15 @@ def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, 
     h, codes, bscales, scale = out.h, out.q.codes, out.q.block_scales.view(torch.uint8), out.q.scale
     a_next, bits = out.a_next, out.mantissa_bits
     if m:
-        _launch_gemm("gate_up_swiglu", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h,
-                     quant=(codes, bscales, scale, a_next, bits))
-        _after_launch(a.device.index if a.device.index is not None else torch.cuda.current_device())
+        tile = tile or codegen.tile_for_rows(m, weights.num_experts, k=weights.k, kind="gate_up_swiglu", n=weights.n)
+        if tile.quantize_after:
+            from .ops.quantize import launch_into
+            _launch_gemm("gate_up_swiglu_h", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h)
+            launch_into(h, codes, bscales, scale, bits, a_next)  # checks its own status (after_launch)
+        else:
+            _launch_gemm("gate_up_swiglu", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h,
+                         quant=(codes, bscales, scale, a_next, bits))
+            _after_launch(a.device.index if a.device.index is not None else torch.cuda.current_device())
     return out
 
 

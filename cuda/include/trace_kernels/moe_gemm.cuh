@@ -17,8 +17,9 @@
 //   * a STAGES-deep cp.async ring over K chunks of 64.
 // Epilogues: Plain (bf16 [M, N]), SwigluQuant (gate/up rows interleaved by 8: a thread holds the
 // gate and up of the same intermediate index; bf16 SwiGLU h, then the last CTA of a token tile
-// quantizes whole rows of h to NVFP4 + guidance), RouterWeight (fp32 [M, N] times the router
-// weight; moe_combine_kernel sums the top-k slots in slot order).
+// quantizes whole rows of h to NVFP4 + guidance), Swiglu (SwigluQuant's h only: the caller quantizes
+// h with the quantize kernel afterwards; no tile counter, fence or last-CTA work), RouterWeight (fp32
+// [M, N] times the router weight; moe_combine_kernel sums the top-k slots in slot order).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@
 
 namespace trace_kernels::moe {
 
-enum class Epilogue : int { Plain = 0, SwigluQuant = 1, RouterWeight = 2 };
+enum class Epilogue : int { Plain = 0, SwigluQuant = 1, RouterWeight = 2, Swiglu = 3 };
 
 // Kernel parameters. Only 8-byte fields so that the host can pack it as an array of uint64
 // (python/trace_kernels/moe_gemm.py, _Params: keep the two in the same order).
@@ -49,7 +50,7 @@ struct MoEGemmParams {
   const float* w_scale;        // [E] per-expert tensor scale
   const int32_t* offsets;      // [E+1] sorted rows of expert e: offsets[e]..offsets[e+1]
   int64_t num_rows;            // M
-  __nv_bfloat16* out;          // Plain: [M, N] bf16; SwigluQuant: h [M, N/2] bf16
+  __nv_bfloat16* out;          // Plain: [M, N] bf16; SwigluQuant, Swiglu: h [M, N/2] bf16
   float* out_f32;              // RouterWeight: [M, N] fp32
   const float* row_weight;     // RouterWeight: [M] router weight of each sorted row
   uint8_t* q_codes;            // SwigluQuant: [M, N/4] packed codes of h
@@ -149,7 +150,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(TN % 8 == 0 && TN >= 8 && TN <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(STAGES >= 2, "need at least a double buffer");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
-  static_assert(EPI != Epilogue::SwigluQuant || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
+  static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
 
   extern __shared__ uint8_t smem_raw[];
   // Round up to 1024 B (SW128 atoms) by offsetting smem_raw itself, so the compiler still knows every

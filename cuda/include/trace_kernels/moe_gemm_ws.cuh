@@ -129,7 +129,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   static_assert(STAGES >= 2 && (CPS == 1 || CPS == 2), "STAGES >= 2, CPS in {1, 2}");
   static_assert(!OVERLAP || kStageIters % 2 == 0, "OVERLAP alternates two A buffers: even number of stages per item");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
-  static_assert(EPI != Epilogue::SwigluQuant || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
+  static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
   static_assert(!ASYNC_EPI || EPI == Epilogue::SwigluQuant, "ASYNC_EPI is a fused-SwiGLU-epilogue option");
 
   extern __shared__ __align__(16) uint8_t smem_raw[];

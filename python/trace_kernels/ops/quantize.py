@@ -40,16 +40,25 @@ def _reference(x, emit_guidance, emit_dequant):
 
 
 def _launch(x, emit_guidance, emit_dequant):
-    from trace_kernels.runtime import i32, kernel_for, ptr
-    device = check_cuda_device(x)
+    check_cuda_device(x)
     d = x.shape[-1]
     lead = x.shape[:-1]
-    rows = x.numel() // d
     codes = new_output((*lead, d // 2), torch.uint8, x.device)
     block_scales = new_output((*lead, d // 16), torch.float8_e4m3fn, x.device)
     scale = new_output(lead, torch.float32, x.device)
     bits = new_output((*lead, d // 8) if emit_guidance else _EMPTY_U8, torch.uint8, x.device)
     dq = new_output((*lead, d) if emit_dequant else _EMPTY_U8, torch.bfloat16, x.device)
+    launch_into(x, codes, block_scales, scale, bits if emit_guidance else None, dq if emit_dequant else None)
+    return codes, block_scales, scale, bits, dq
+
+
+def launch_into(x, codes, block_scales, scale, bits, dq) -> None:
+    """The quantize kernel on x [rows, D] (contiguous, CUDA) into preallocated outputs (bits / dq None:
+    not written). Callers check shapes, dtypes and devices (quantize, moe_gemm.moe_gate_up)."""
+    from trace_kernels.runtime import i32, kernel_for, ptr
+    device = check_cuda_device(x)
+    d = x.shape[-1]
+    rows = x.numel() // d
     if rows:
         spec = codegen_quantize.spec(x.dtype, d)
         kernel = kernel_for(spec)
@@ -60,11 +69,9 @@ def _launch(x, emit_guidance, emit_dequant):
             grid = min(grid, GRID_LIMIT or resident_ctas(kernel, device, spec.launch["threads"], smem))
         with nvtx.annotate("quantize"):
             kernel.launch(device, (grid,), (spec.launch["threads"],),
-                          [ptr(x), ptr(codes), ptr(block_scales), ptr(scale),
-                           ptr(bits if emit_guidance else None), ptr(dq if emit_dequant else None), i32(rows),
+                          [ptr(x), ptr(codes), ptr(block_scales), ptr(scale), ptr(bits), ptr(dq), i32(rows),
                            ptr(status_buffer(device))], smem=smem)
         after_launch(device)
-    return codes, block_scales, scale, bits, dq
 
 
 @torch.library.custom_op("trace_kernels::nvfp4_quantize", mutates_args=())

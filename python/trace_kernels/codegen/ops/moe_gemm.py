@@ -48,6 +48,10 @@ class TileConfig:
     # quantization would otherwise set the kernel's register count (and so its occupancy), while the
     # plain and down kernels of the same tile run best with min_blocks' looser bound.
     fused_min_blocks: int = 0
+    # fused gate_up only: the GEMM stores SwiGLU's h (epilogue Swiglu: no tile counter, fence or last-CTA
+    # quantization) and the quantize kernel then rounds h's rows (same stream, the same bits): the
+    # "fused" outputs in two launches. The other kinds' kernels ignore it.
+    quantize_after: bool = False
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -84,7 +88,10 @@ AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     TILE_TABLE[1],
     TILE_TABLE[2],
 )
-TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE}
+TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
+               # "auto" with every fused gate_up quantized afterwards by the quantize kernel (A/B runs)
+               "auto_qa": tuple((limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE)}
+AUTO_TABLES = ("auto", "auto_qa")  # per-kind tables (AUTO_KIND_TILE_TABLES) and the ws -> v1 fallback
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
 # same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
@@ -92,8 +99,17 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE}
 # 235B: 4.043 vs 4.449 ms). Its fused gate_up stays slower than v1's (the last CTA's row quantization
 # stalls a persistent CTA's SM), so gate_up keeps the v1 tile.
 WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
+# The fused gate_up's v1 tiles quantize h with the quantize kernel after a GEMM that only stores it
+# (quantize_after): in the same-run A/B of 2026-12-02 (profiling/results/moe_gemm_h200_quantize_after.json,
+# auto vs auto_qa) the gate_up + SwiGLU + quantization cost 1-5% over the plain GEMM that way against 3-16%
+# with the last-CTA quantization in the epilogue (its fence, counter and tail hold every CTA's slot), from
+# T=8 on 235B and T=32 on 30B; layer 30B T=64 0.153 vs 0.160 ms, T=1024 0.380 vs 0.400. At ~1 routed row
+# per expert and below (the ws tile) the second launch costs more than it saves (T=1: 0.034 vs 0.032 ms).
+AUTO_GATE_UP_TABLE = (AUTO_TILE_TABLE[0],) + tuple(
+    (limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE[1:])
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": AUTO_TILE_TABLE[:-1] + ((float("inf"), WS_PREFILL_DOWN_TILE),),
+    "gate_up_swiglu": AUTO_GATE_UP_TABLE,
 }
 # The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
 DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "auto")
@@ -117,11 +133,16 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # the decode table tile with the fused epilogue's fence + atomic + last-CTA quantize moved off the
     # consumers onto the producer warpgroup's spare warps (T=8: 0.075 vs 0.083 ms on 30B)
     TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True),
+    # v1's decode and prefill table tiles with the fused gate_up's rows quantized by the quantize kernel
+    replace(TILE_TABLE[0][1], quantize_after=True),
+    replace(TILE_TABLE[-1][1], quantize_after=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
 KINDS = {
     "gate_up_swiglu": ("SwigluQuant", "gate_up GEMM + SwiGLU + NVFP4 row quantization + guidance"),
+    # what a quantize_after tile launches for gate_up_swiglu (then the quantize kernel)
+    "gate_up_swiglu_h": ("Swiglu", "gate_up GEMM + SwiGLU, bf16 h (the quantize kernel rounds it next)"),
     "gate_up": ("Plain", "gate_up GEMM, plain bf16 store (W4A16 trainer path, epilogue-cost baseline)"),
     "down_routed": ("RouterWeight", "down GEMM, fp32 rows times the router weight (then moe_combine)"),
 }
@@ -131,6 +152,8 @@ def tile_table(variant: str, kind: str | None = None) -> tuple[tuple[float, Tile
     """The (rows per expert limit, tile) table of a variant, for one GEMM kind where "auto" has its own."""
     if variant == "auto" and kind in AUTO_KIND_TILE_TABLES:
         return AUTO_KIND_TILE_TABLES[kind]
+    if variant == "auto_qa" and kind == "down_routed":
+        return AUTO_KIND_TILE_TABLES[kind]  # (quantize_after is moot for the down GEMM)
     return TILE_TABLES[variant]
 
 
@@ -146,7 +169,7 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
     name = variant or DEFAULT_VARIANT
     average = num_rows / max(num_experts, 1)
     tile = _table_tile(tile_table(name, kind), average)
-    return tile if k is None or name != "auto" else auto_fallback(tile, k, average, n)
+    return tile if k is None or name not in AUTO_TABLES else auto_fallback(tile, k, average, n)
 
 
 def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> TileConfig:
@@ -161,7 +184,7 @@ def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None
             warpgroups_for(n, tile)
         return tile
     except ValueError:
-        return _table_tile(TILE_TABLE, average)
+        return replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after)
 
 
 @dataclass(frozen=True)
@@ -259,7 +282,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     n, k = gemm_dims(shape, kind)
     if n % 64 or k % CHUNK_K:
         raise ValueError(f"{shape}: MoE GEMM {kind} needs N % 64 == 0 and K % {CHUNK_K} == 0, got N={n} K={k}")
-    if kind == "gate_up_swiglu" and n % 32:
+    if kind.startswith("gate_up_swiglu") and n % 32:
         raise ValueError(f"{shape}: fused SwiGLU needs I % 16 == 0, got I={shape.intermediate}")
     epilogue, description = KINDS[kind]
     check_tile(tile, k)
@@ -269,7 +292,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     threads = threads_for(tile, nwg)
     min_blocks = tile.fused_min_blocks if epilogue == "SwigluQuant" and tile.fused_min_blocks else tile.min_blocks
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
-    table_tile = any(tile == t for _, t in TILE_TABLE) and not tile.warpgroups
+    table_tile = any(replace(tile, quantize_after=False) == t for _, t in TILE_TABLE) and not tile.warpgroups
     if tile.variant == "ws":
         extra = {"ws": 1, "st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "cps": tile.chunks_per_stage,
                  "ov": int(tile.overlap), **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {}),
@@ -317,8 +340,11 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
         for kind in KINDS:
             n, k = gemm_dims(shape, kind)
             for limit, tile in tile_table(name, kind):
-                fitted = auto_fallback(tile, k, limit, n) if name == "auto" else tile
-                spec = gemm_spec(shape, kind, fitted)
+                if kind == "gate_up_swiglu_h":
+                    continue  # built below for the tiles that ask for it
+                fitted = auto_fallback(tile, k, limit, n) if name in AUTO_TABLES else tile
+                built = "gate_up_swiglu_h" if kind == "gate_up_swiglu" and fitted.quantize_after else kind
+                spec = gemm_spec(shape, built, fitted)
                 specs.setdefault(spec.name, spec)
     return list(specs.values()) + [combine_spec(shape)]
 
