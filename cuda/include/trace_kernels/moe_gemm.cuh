@@ -215,28 +215,48 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 
   const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG) * kChunks;  // (tile, chunk 0)
 
-  auto load_stage = [&](int chunk, int stage) {
-    // gathered activation rows: TN rows x 8 chunks of 16 B. Same address as &sB(n, 8c, stage): the
-    // 128B swizzle XORs the 16 B chunk index with the row index within each 1024 B atom (the base is
-    // 1024-aligned; tests/test_moe_gemm_codegen.py checks this formula against CuTe's layout).
-    for (int i = tid; i < TN * 8; i += kThreads) {
-      const int n = i >> 3, c = i & 7;
+  // Each thread's copy sources and destinations are the same for every K chunk but for the chunk
+  // offset, so they are computed once here (the decode tiles issue few instructions per chunk, and
+  // the compiler cannot hoist the activation gather's shared-memory row lookup by itself).
+  // Activations: TN rows x 8 pieces of 16 B per chunk. Same address as &sB(n, 8c, stage): the 128B
+  // swizzle XORs the 16 B piece index with the row index within each 1024 B atom (the base is
+  // 1024-aligned; tests/test_moe_gemm_codegen.py checks this formula against CuTe's layout).
+  constexpr bool kOnePiece = TN * 8 <= kThreads;  // at most one activation piece per thread and chunk
+  const __nv_bfloat16* a_src = p.a;
+  uint32_t a_dst = 0;
+  bool a_valid = false;
+  if constexpr (kOnePiece) {
+    if (tid < TN * 8) {
+      const int n = tid >> 3, c = tid & 7;
       const int src = src_rows[n];
-      const __nv_bfloat16* g = p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + chunk * detail::kChunkK + c * 8);
-      detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
+      a_valid = src >= 0;  // rows past the expert's end: zero-filled from row 0's (valid) address
+      a_src = p.a + (static_cast<size_t>(a_valid ? src : 0) * K + c * 8);
+      a_dst = n * 128 + ((c ^ (n & 7)) << 4);
     }
-    // codes: one 16 B piece per thread (NWG * 128 pieces)
-    {
-      const size_t rec = record + static_cast<size_t>(wg) * kChunks + chunk;
-      detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16,
-                  p.w_codes + rec * detail::kCodeRecord + (tid % 128) * 16, true);
+  }
+  // codes: one 16 B piece per thread (NWG * 128 pieces); scales: 16 pieces per warpgroup
+  const uint8_t* code_src = p.w_codes + (record + static_cast<size_t>(wg) * kChunks) * detail::kCodeRecord +
+                            (tid % 128) * 16;
+  const uint8_t* scale_src = p.w_scales + (record + static_cast<size_t>(tid / 16) * kChunks) * detail::kScaleRecord +
+                             (tid % 16) * 16;  // used by tid < NWG * 16 only
+
+  auto load_stage = [&](int chunk, int stage) {
+    if constexpr (kOnePiece) {
+      if (tid < TN * 8)
+        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_src + chunk * detail::kChunkK, a_valid);
+    } else {
+      for (int i = tid; i < TN * 8; i += kThreads) {
+        const int n = i >> 3, c = i & 7;
+        const int src = src_rows[n];
+        const __nv_bfloat16* g = p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + chunk * detail::kChunkK + c * 8);
+        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
+      }
     }
-    if (tid < NWG * 16) {
-      const int w = tid / 16;
-      const size_t rec = record + static_cast<size_t>(w) * kChunks + chunk;
+    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16,
+                        code_src + static_cast<size_t>(chunk) * detail::kCodeRecord, true);
+    if (tid < NWG * 16)
       detail::cp_async_16(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
-                  p.w_scales + rec * detail::kScaleRecord + (tid % 16) * 16, true);
-    }
+                          scale_src + static_cast<size_t>(chunk) * detail::kScaleRecord, true);
   };
 
   // ---- main loop: STAGES-deep cp.async ring over K chunks ----

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 4, one H200 call (< 8 min): v1's per-thread copy addresses computed once per CTA instead of per
+# K chunk (moe_gemm.cuh load_stage; the decode tiles' main loop issues ~18% fewer instructions)
+#   (1) every MoE GPU test (all tilings bitwise against each other, batch invariance, graphs, bad input)
+#   (2) compute-sanitizer memcheck and racecheck on the tiny fused gate_up tests (every tiling)
+#   (3) same-run A/B of the layer: this tree against BASE (a copy of the previous commit's python/,
+#       cuda/, codegen/ and bench script, carried as .ab_base), twice each in turn, auto table,
+#       T = 1 .. 1024, both presets
+# Usage (repo root, carry .whl, .tkcache and .ab_base): OUT=$OUT bash profiling/run_gpu_checks_moe_decode_gather.sh
+set -uo pipefail
+OUT=${OUT:-runs/moe_decode_gather}
+BUDGET=${BUDGET:-500}
+BASE=${BASE:-.ab_base}
+A="$OUT/mdg"
+mkdir -p "$A"
+source profiling/gpu_env.sh "$A/setup.log"
+tar_on_exit "$A"
+
+gpu_tests 120 "$A/gpu_tests.log" tests/gpu/test_moe_gemm.py
+for tool in memcheck racecheck; do
+  sanitize $tool 70 "$A/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_gemm.py \
+    -k "test_gate_up_fused_quantization_is_exact and tiny and 64"
+done
+
+TOKENS=1,8,32,64,128,256,1024
+for round in 1 2; do
+  for tree in new base; do
+    [ "$(left)" -lt 40 ] && break 2
+    if [ "$tree" = new ]; then
+      timeout 90 python3 profiling/bench_moe_gemm.py --variants auto --tokens $TOKENS --reps 10 \
+        --out "$A/moe_gemm_h200_decode_gather_${tree}${round}.json" > "$A/bench_${tree}${round}.log" 2>&1
+    else
+      PYTHONPATH=/tmp/site:$PWD/$BASE/python:$PWD/rl timeout 90 python3 "$BASE/profiling/bench_moe_gemm.py" \
+        --variants auto --tokens $TOKENS --reps 10 \
+        --out "$A/moe_gemm_h200_decode_gather_${tree}${round}.json" > "$A/bench_${tree}${round}.log" 2>&1
+    fi
+    echo "bench $tree $round exit $? (${SECONDS}s)"
+    grep -E "^qwen3\S+ +[0-9]" "$A/bench_${tree}${round}.log" | awk '{print $1, $2, $5, $8}' | tr '\n' ';'; echo
+  done
+done
