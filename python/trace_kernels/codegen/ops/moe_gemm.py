@@ -82,8 +82,14 @@ WS_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
 # so mixing them keeps batch invariance). ws wins only below ~1 routed row per expert (T=1: 30B 0.036
 # vs 0.039 ms, 235B 0.058 vs 0.071); v1 from T=8 (30B T=8 0.079 vs 0.083, T=64 0.156 vs 0.179, T=256
 # 0.218 vs 0.304) and at prefill (T=16384: 3.67 vs 16.2 ms).
+# From 1/8 to 1 routed row per expert (T=8 at top-8 of 128 experts) v1 with one warpgroup and 4 CTAs/SM:
+# in the same-run off-table A/B of 2026-12-02 (third session, profiling/results/moe_gemm_h200_decode_extra.json)
+# its layer took 0.0695 vs the table's 0.0788 ms at 30B T=8 and 0.2009 vs 0.2073 at 235B T=8 (at T=64, on
+# 2026-12-01, it was slower than TN=8 with two warpgroups: 0.162 vs 0.156 ms).
+V1_ONE_WARPGROUP_DECODE_TILE = TileConfig(8, 4, 4, 1)
 AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (0.125, WS_TILE_TABLE[0][1]),
+    (1.0, V1_ONE_WARPGROUP_DECODE_TILE),
     TILE_TABLE[0],
     TILE_TABLE[1],
     TILE_TABLE[2],
@@ -105,8 +111,9 @@ WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
 # with the last-CTA quantization in the epilogue (its fence, counter and tail hold every CTA's slot), from
 # T=8 on 235B and T=32 on 30B; layer 30B T=64 0.153 vs 0.160 ms, T=1024 0.380 vs 0.400. At ~1 routed row
 # per expert and below (the ws tile) the second launch costs more than it saves (T=1: 0.034 vs 0.032 ms).
-AUTO_GATE_UP_TABLE = (AUTO_TILE_TABLE[0],) + tuple(
-    (limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE[1:])
+# (The one-warpgroup T=8 tile was measured with the in-epilogue quantization, which it keeps.)
+AUTO_GATE_UP_TABLE = AUTO_TILE_TABLE[:2] + tuple(
+    (limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE[2:])
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": AUTO_TILE_TABLE[:-1] + ((float("inf"), WS_PREFILL_DOWN_TILE),),
     "gate_up_swiglu": AUTO_GATE_UP_TABLE,
@@ -119,7 +126,7 @@ if DEFAULT_VARIANT not in TILE_TABLES:
 # Off-table tilings the GPU tests check and profiling/sweep_moe_gemm_tiles.py compares: one warpgroup
 # per CTA, a wider TN, no proxy fence, and the overlapped main loop (decode and prefill widths).
 EXTRA_TILES: tuple[TileConfig, ...] = (
-    TileConfig(8, 4, 4, 1),
+    V1_ONE_WARPGROUP_DECODE_TILE,  # (auto's tile from 1/8 to 1 routed row per expert)
     TileConfig(64, 4, 2, 2),
     TileConfig(8, 8, 2, 0, proxy_fence=False),
     TileConfig(8, 8, 2, 0, overlap=True),
