@@ -8,6 +8,7 @@ Usage: prebuild_memory_kernels.py [--jobs N] [NAME_PREFIX ...]   (exit 1 if any 
 import sys
 import time
 
+from bench_attention import APPEND_VARIANTS  # profiling/ is the script's folder
 from trace_kernels import jit, kv_testing
 from trace_kernels.codegen.ops import kv_append
 from trace_kernels.testing.kernel_sets import memory_kernel_specs
@@ -19,7 +20,8 @@ def main(argv: list[str]) -> int:
         jobs, argv = int(argv[1]), argv[2:]
     t = time.time()
     specs = memory_kernel_specs() + [s for s in kv_testing.kernel_specs() if s.op == "kv_append"]
-    specs += [kv_append.spec("nvfp4", 4, 128, v) for v in ("b1", "b2", "b4")] + [kv_append.spec("bf16", 4, 128)]
+    specs += [kv_append.spec("nvfp4", 4, 128, v) for v in APPEND_VARIANTS]  # what bench_attention times
+    specs.append(kv_append.spec("bf16", 4, 128))
     entries = jit.build_all(specs, jobs=jobs, keep_going=True)
     bad = [(s.name, str(e)[-600:]) for s, e in zip(specs, entries) if isinstance(e, Exception)]
     for name, error in bad:

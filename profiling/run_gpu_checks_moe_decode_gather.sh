@@ -6,6 +6,12 @@
 #   (3) same-run A/B of the layer: this tree against BASE (a copy of the previous commit's python/,
 #       cuda/, codegen/ and bench script, carried as .ab_base), twice each in turn, auto table,
 #       T = 1 .. 1024, both presets
+# The base copy (ignored by git, so the device tool takes it only as a carried path):
+#   rm -rf .ab_base && mkdir .ab_base && git archive BASE_COMMIT python cuda codegen \
+#     profiling/bench_moe_gemm.py profiling/gpu_env.sh | tar -x -C .ab_base
+# and both trees' kernels in the carried JIT cache (kernels are keyed on their headers, so they coexist;
+# 2026-12-02 used a cache of only the MoE and quantize kernels, TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_moe,
+# to stay under the 64 MiB carry limit).
 # Usage (repo root, carry .whl, .tkcache and .ab_base): OUT=$OUT bash profiling/run_gpu_checks_moe_decode_gather.sh
 set -uo pipefail
 OUT=${OUT:-runs/moe_decode_gather}
