@@ -92,6 +92,17 @@ def copy_bandwidth(timer: Timer, nbytes: int = 2 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
+def timing_setup(reps: int) -> tuple[Timer, torch.Generator, float] | None:
+    """A run's timer, seeded CUDA generator and measured copy bandwidth (printed); None without a GPU."""
+    if not torch.cuda.is_available():
+        print("needs a CUDA device", file=sys.stderr)
+        return None
+    timer = Timer(reps)
+    bw = copy_bandwidth(timer)
+    print(f"copy bandwidth {bw / 1e12:.3f} TB/s (read + write)", flush=True)
+    return timer, torch.Generator(device="cuda").manual_seed(0), bw
+
+
 def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) -> int:
     w_elems = e_active * (2 * inter * hidden + hidden * inter)
     weights = w_elems // 2 + w_elems // 16
@@ -244,13 +255,10 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default="v1,ws", help="kernel variants to time (codegen TILE_TABLES keys)")
     parser.add_argument("--extra-tokens", default="", help="T values that also time EXTRA_TILES (every shape)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA device", file=sys.stderr)
+    setup = timing_setup(args.reps)
+    if setup is None:
         return 2
-    timer = Timer(args.reps)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    bw = copy_bandwidth(timer)
-    print(f"copy bandwidth {bw / 1e12:.3f} TB/s (read + write)", flush=True)
+    timer, gen, bw = setup
     results = []
     extra = tuple(int(t) for t in args.extra_tokens.split(",") if t)
     for name in args.shapes.split(","):

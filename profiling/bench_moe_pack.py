@@ -22,7 +22,7 @@ import sys
 
 import torch
 
-from bench_moe_gemm import Timer, copy_bandwidth  # profiling/ is the script's folder
+from bench_moe_gemm import timing_setup  # profiling/ is the script's folder
 from trace_kernels import moe_layout, shapes
 from trace_kernels.testing.provenance import git_commit, utc_now
 
@@ -106,13 +106,10 @@ def main(argv=None) -> int:
     what = set(args.what.split(","))
     if not what <= {"pack", "refit"}:
         parser.error(f"--what takes pack and/or refit, got {args.what}")
-    if not torch.cuda.is_available():
-        print("needs a CUDA device", file=sys.stderr)
+    setup = timing_setup(args.reps)
+    if setup is None:
         return 2
-    timer = Timer(args.reps)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    bw = copy_bandwidth(timer)
-    print(f"copy bandwidth {bw / 1e12:.3f} TB/s (read + write)", flush=True)
+    timer, gen, bw = setup
     rows = []
     for name in args.shapes.split(",") if "pack" in what else []:
         s = shapes.resolve(name)

@@ -26,10 +26,8 @@ def main() -> int:
         for spec in codegen.specs_for_shape(shape, tuple(codegen.TILE_TABLES)):
             specs[spec.name] = spec
         for tile in EXTRA_TILES:
-            for kind in codegen.KINDS:
-                if (kind == "gate_up_swiglu_h") != (kind.startswith("gate_up_swiglu") and tile.quantize_after):
-                    continue  # the fused gate_up kernel a tile launches: one of the two
-                spec = codegen.gemm_spec(shape, kind, tile)
+            for kind in codegen.CALL_KINDS:
+                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, tile), tile)
                 specs[spec.name] = spec
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=jobs) as pool:

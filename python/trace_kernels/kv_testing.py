@@ -133,7 +133,7 @@ def kernel_specs() -> list:
     specs += [decode_attention.combine_spec(d) for d in (64, 128)]
     specs += [kv_codegen.spec(f, hkv, d) for f in ("nvfp4", "bf16") for hkv, d in APPEND_SHAPES]
     specs += [kv_codegen.spec("nvfp4", hkv, d, v) for hkv, d in APPEND_SHAPES for v in APPEND_VARIANTS
-              if (d // 16) % int(v[1]) == 0]
+              if (d // 16) % kv_codegen.VARIANTS[v.split("_")[0]] == 0]  # whole blocks per thread
     return list({s.name: s for s in specs}.values())
 
 

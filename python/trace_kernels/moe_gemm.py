@@ -253,9 +253,10 @@ def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, 
     a_next, bits = out.a_next, out.mantissa_bits
     if m:
         tile = tile or codegen.tile_for_rows(m, weights.num_experts, k=weights.k, kind="gate_up_swiglu", n=weights.n)
-        if tile.quantize_after:
+        kind = codegen.launched_kind("gate_up_swiglu", tile)
+        if kind == "gate_up_swiglu_h":
             from .ops.quantize import launch_into
-            _launch_gemm("gate_up_swiglu_h", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h)
+            _launch_gemm(kind, a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h)
             launch_into(h, codes, bscales, scale, bits, a_next)  # checks its own status (after_launch)
         else:
             _launch_gemm("gate_up_swiglu", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h,

@@ -81,54 +81,49 @@ __device__ __forceinline__ void store_halves(uint8_t* dst, const uint16_t (&h)[N
   }
 }
 
-// One row group's loads (the thread's BPT blocks of row `row`, and the row's slot), issued before
-// any of them is used.
+// One row group per thread; grid = the row tiles. (A persistent grid that loaded the next tile while
+// quantizing the current one, variant "p" of 426f3ba, was slower on the H200: 74 registers left 24
+// warps per SM for an ALU-bound loop; docs/kv_cache.md.)
 template <class Cfg>
-struct KvAppendLoads {
-  Vec8<__nv_bfloat16> v[Cfg::kBlocksPerThread][2];  // [block][half block], raw
-  int64_t slot;
-};
-
-template <class Cfg>
-__device__ __forceinline__ void kv_append_load(KvAppendLoads<Cfg>& in, const __nv_bfloat16* __restrict__ x,
-                                               const int64_t* __restrict__ slot_mapping, int row, int lane, int rows) {
-  constexpr int BPT = Cfg::kBlocksPerThread;
-  const bool row_ok = row < rows;
-  // the slot with the row's loads, not after the row amax: its latency hides behind theirs
-  in.slot = row_ok ? __ldg(slot_mapping + row / Cfg::HKV) : -1;
-#pragma unroll
-  for (int j = 0; j < BPT; ++j) {
-    const int64_t offset = static_cast<int64_t>(row) * Cfg::D + (lane * BPT + j) * 16;
-    if (row_ok) {
-      in.v[j][0].load_stream(x + offset);
-      in.v[j][1].load_stream(x + offset + 8);
-    } else {
-      in.v[j][0].zero();
-      in.v[j][1].zero();
-    }
-  }
-}
-
-// Quantize and store one row group from its loads. Every lane of the warp must call it (row amax
-// shuffles); rows past the end (row >= rows) only take part in the shuffles.
-template <class Cfg>
-__device__ __forceinline__ void kv_append_store(const KvAppendLoads<Cfg>& in, int row, int lane, int rows,
-                                                Nvfp4PagePtrs pages, GuidancePtrs guidance, int64_t num_slots,
-                                                int which, uint32_t* __restrict__ status) {
+__device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict__ x,  // [T, Hkv, D]
+                                                const int64_t* __restrict__ slot_mapping,  // [T]
+                                                Nvfp4PagePtrs pages, GuidancePtrs guidance, int tokens,
+                                                int64_t num_slots, int which, uint32_t* __restrict__ status) {
   constexpr int D = Cfg::D;
   constexpr int TPR = Cfg::kThreadsPerRow;
   constexpr int BPT = Cfg::kBlocksPerThread;
+  const int rows = tokens * Cfg::HKV;
+  const int lane = threadIdx.x % TPR;  // the thread's blocks: lane * BPT .. lane * BPT + BPT - 1
+  const int row = blockIdx.x * Cfg::kRowsPerCta + threadIdx.x / TPR;  // token * Hkv + head
+  const bool row_ok = row < rows;
+  const int token = row / Cfg::HKV;
+  const int head = row - token * Cfg::HKV;
+  // Read the slot with the row's loads, not after the row amax: its latency then hides behind theirs.
+  const int64_t slot = row_ok ? __ldg(slot_mapping + token) : -1;
+
+  Vec8<__nv_bfloat16> v[BPT][2];  // [block][half block], raw
   float block_amax[BPT];
+#pragma unroll
+  for (int j = 0; j < BPT; ++j) {
+    const int64_t offset = static_cast<int64_t>(row) * D + (lane * BPT + j) * 16;
+    if (row_ok) {
+      v[j][0].load_stream(x + offset);
+      v[j][1].load_stream(x + offset + 8);
+    } else {
+      v[j][0].zero();
+      v[j][1].zero();
+    }
+  }
   float amax = 0.f;
 #pragma unroll
   for (int j = 0; j < BPT; ++j) {
-    block_amax[j] = block16_abs_max<__nv_bfloat16>(in.v[j][0], in.v[j][1]);
+    block_amax[j] = block16_abs_max<__nv_bfloat16>(v[j][0], v[j][1]);
     amax = j == 0 ? block_amax[0] : nvfp4::fmax_nan(amax, block_amax[j]);
   }
 #pragma unroll
   for (int offset = TPR / 2; offset >= 1; offset /= 2)
     amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-  if (row >= rows) return;
+  if (!row_ok) return;
 
   if (!nvfp4::is_finite(amax)) {  // nothing of this row is written; the host raises on the flag
     const uint64_t flat_row = static_cast<uint64_t>(which) * rows + row;  // rows of [2 (K, V), T, Hkv]
@@ -137,15 +132,13 @@ __device__ __forceinline__ void kv_append_store(const KvAppendLoads<Cfg>& in, in
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float f[8];
-        in.v[j][h].to_float(f);
+        v[j][h].to_float(f);
         if (!nvfp4::is_finite(half_block_amax(f)))
           report_nonfinite(status, kStatusKvAppend, flat_row, (lane * BPT + j) * 16 + 8 * h, f);
       }
     return;
   }
-  const int64_t slot = in.slot;
   if (slot < 0 || slot >= num_slots) return;  // rejected on the host; never write out of bounds
-  const int head = row % Cfg::HKV;
   const int64_t dest = slot * Cfg::HKV + head;
 
   const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
@@ -161,8 +154,8 @@ __device__ __forceinline__ void kv_append_store(const KvAppendLoads<Cfg>& in, in
     uint4 unused_lo, unused_hi;
     const nvfp4::BlockStep step =
         fast ? block_step_fast(block_amax[j], s, six_s_div) : nvfp4::block_step(block_amax[j], s, nvfp4::kFp4Max * s);
-    q[j] = fast ? quantize_block16_fast<__nv_bfloat16, false>(in.v[j][0], in.v[j][1], step, unused_lo, unused_hi)
-                : quantize_block16<__nv_bfloat16>(in.v[j][0], in.v[j][1], step, false, unused_lo, unused_hi);
+    q[j] = fast ? quantize_block16_fast<__nv_bfloat16, false>(v[j][0], v[j][1], step, unused_lo, unused_hi)
+                : quantize_block16<__nv_bfloat16>(v[j][0], v[j][1], step, false, unused_lo, unused_hi);
     scale_bits[j] = step.scale_bits;
     mantissa[j] = static_cast<uint16_t>(mantissa_bits_of(q[j].x) | (mantissa_bits_of(q[j].y) << 8));
   }
@@ -177,22 +170,6 @@ __device__ __forceinline__ void kv_append_store(const KvAppendLoads<Cfg>& in, in
     pages.scale[dest] = s;
     if (guidance.mantissa_bits != nullptr) guidance.scale[row] = s;
   }
-}
-
-// One row group per thread; grid = the row tiles. (A persistent grid that loaded the next tile while
-// quantizing the current one, variant "p" of 426f3ba, was slower on the H200: 74 registers left 24
-// warps per SM for an ALU-bound loop; docs/kv_cache.md.)
-template <class Cfg>
-__device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict__ x,  // [T, Hkv, D]
-                                                const int64_t* __restrict__ slot_mapping,  // [T]
-                                                Nvfp4PagePtrs pages, GuidancePtrs guidance, int tokens,
-                                                int64_t num_slots, int which, uint32_t* __restrict__ status) {
-  const int rows = tokens * Cfg::HKV;
-  const int lane = threadIdx.x % Cfg::kThreadsPerRow;  // the thread's blocks: lane * BPT .. lane * BPT + BPT - 1
-  const int row = blockIdx.x * Cfg::kRowsPerCta + threadIdx.x / Cfg::kThreadsPerRow;  // token * Hkv + head
-  KvAppendLoads<Cfg> in;
-  kv_append_load<Cfg>(in, x, slot_mapping, row, lane, rows);
-  kv_append_store<Cfg>(in, row, lane, rows, pages, guidance, num_slots, which, status);
 }
 
 template <int D_, int HKV_, int CTA_>

@@ -36,7 +36,7 @@ PASSES: tuple[str, ...] = ("amax", "pack")
 
 def _launch(w, codes, block_scales, scale, groups):
     from trace_kernels.ops.moe_pack import _Columns
-    from trace_kernels.runtime import i32, i64, kernel_for, ptr
+    from trace_kernels.runtime import i32, kernel_for, ptr
     device = check_cuda_device(w)
     experts, n, k = w.shape
     records = experts * (n // moe_layout.TILE_ROWS) * (k // moe_layout.CHUNK_K)
@@ -44,8 +44,6 @@ def _launch(w, codes, block_scales, scale, groups):
         return
     status = status_buffer(device)
     workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # [2 e]: amax bits of expert e
-    amax_spec = codegen_packed.amax_spec(w.dtype)
-    amax_tiles = -(-(n * k // 8) // amax_spec.launch["tile_half_blocks"])
     spec = codegen_packed.spec(w.dtype, groups)
     kernel = kernel_for(spec)
     threads, smem = spec.launch["threads"], spec.launch["smem"]
@@ -55,10 +53,7 @@ def _launch(w, codes, block_scales, scale, groups):
     if grid < 1:
         raise RuntimeError(f"{spec.name}: no CTA of {threads} threads with {smem} bytes of shared memory fits an SM")
     with nvtx.annotate("refit_weights_packed"):
-        kernel_for(amax_spec).launch(  # refit v2 phase 0: the codes / scales pointers are not touched
-            device, (amax_tiles, experts), (amax_spec.launch["threads"],),
-            [ptr(w), ptr(None), ptr(None), ptr(None), ptr(workspace), i32(experts), i64(n * k), i32(k), i32(0), i32(0),
-             ptr(status)])
+        refit_op.launch_v2_pass(w, None, None, None, workspace, 0)  # refit v2's amax pass
         if "pack" in PASSES:
             kernel.launch(device, (grid,), (threads,),
                           [ptr(w), ptr(codes), ptr(block_scales), ptr(scale), ptr(workspace),

@@ -98,6 +98,20 @@ def plan_v5(device: int, kernel, experts: int, per_expert: int, elem_bytes: int)
             max(1, min(experts, (l2 // 4) // max(1, per_expert * elem_bytes))))
 
 
+def launch_v2_pass(w, codes, block_scales, scales, workspace, phase: int) -> None:
+    """One pass of refit v2 on w [E, N, K]: phase 0 the per-expert amax into workspace (int32 [2 E], zeroed;
+    codes / block_scales / scales untouched, may be None), phase 1 the quantization. refit_weights_packed_
+    runs phase 0 before its own quantize-and-pack pass."""
+    from trace_kernels.runtime import i32, i64, kernel_for, ptr
+    device = check_cuda_device(w)
+    experts, n, k = w.shape
+    spec = codegen_refit.spec(w.dtype, "v2")
+    tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
+    kernel_for(spec).launch(device, (tiles, experts), (spec.launch["threads"],),
+                            [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                             i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
+
+
 def _launch(w, codes, block_scales, scales):
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
     device = check_cuda_device(w)
@@ -122,12 +136,9 @@ def _launch(w, codes, block_scales, scales):
         kernel = kernel_for(spec)
     if spec.launch["variant"] == "v2":  # amax pass, then quantize pass: plain launches, no co-residency
         workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits (, unused)
-        tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
         with nvtx.annotate("refit_weights"):
             for phase in (0, 1):
-                kernel.launch(device, (tiles, experts), (spec.launch["threads"],),
-                              [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                               i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
+                launch_v2_pass(w, codes, block_scales, scales, workspace, phase)
         after_launch(device)
         return
     if spec.launch["variant"] == "v5":  # one ordinary launch, a work queue of amax and quantize tiles

@@ -153,6 +153,13 @@ KINDS = {
     "gate_up": ("Plain", "gate_up GEMM, plain bf16 store (W4A16 trainer path, epilogue-cost baseline)"),
     "down_routed": ("RouterWeight", "down GEMM, fp32 rows times the router weight (then moe_combine)"),
 }
+CALL_KINDS = ("gate_up_swiglu", "gate_up", "down_routed")  # what the ops call; KINDS adds gate_up_swiglu_h
+
+
+def launched_kind(kind: str, tile: TileConfig) -> str:
+    """The kernel a call of `kind` with `tile` launches: a quantize_after tile's fused gate_up runs the
+    Swiglu-epilogue GEMM (and then the quantize kernel)."""
+    return "gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind
 
 
 def tile_table(variant: str, kind: str | None = None) -> tuple[tuple[float, TileConfig], ...]:
@@ -344,14 +351,11 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
     names = variants or (DEFAULT_VARIANT,)
     specs: dict[str, KernelSpec] = {}  # by name: "auto" reuses the other tables' tiles
     for name in names:
-        for kind in KINDS:
+        for kind in CALL_KINDS:
             n, k = gemm_dims(shape, kind)
             for limit, tile in tile_table(name, kind):
-                if kind == "gate_up_swiglu_h":
-                    continue  # built below for the tiles that ask for it
                 fitted = auto_fallback(tile, k, limit, n) if name in AUTO_TABLES else tile
-                built = "gate_up_swiglu_h" if kind == "gate_up_swiglu" and fitted.quantize_after else kind
-                spec = gemm_spec(shape, built, fitted)
+                spec = gemm_spec(shape, launched_kind(kind, fitted), fitted)
                 specs.setdefault(spec.name, spec)
     return list(specs.values()) + [combine_spec(shape)]
 
