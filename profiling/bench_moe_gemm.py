@@ -120,7 +120,8 @@ def tile_label(tile) -> str:
         knobs += f"_cps{tile.chunks_per_stage}_ov{int(tile.overlap)}"
         knobs += f"_mt{tile.m_tiles}" if tile.m_tiles > 1 else ""
         return knobs + ("_ae1" if getattr(tile, "async_epilogue", False) else "")
-    return knobs + f"_pf{int(tile.proxy_fence)}_ov{int(tile.overlap)}"
+    knobs += f"_pf{int(tile.proxy_fence)}_ov{int(tile.overlap)}"
+    return knobs + (f"_cps{tile.chunks_per_stage}" if tile.chunks_per_stage > 1 else "")
 
 
 def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generator, sweep_tiles: bool,

@@ -27,7 +27,8 @@ def main() -> int:
             specs[spec.name] = spec
         for tile in EXTRA_TILES:
             for kind in codegen.CALL_KINDS:
-                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, tile), tile)
+                fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
+                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
                 specs[spec.name] = spec
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=jobs) as pool:

@@ -29,7 +29,9 @@ def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
     keys = ("variant", "tile_tokens", "stages", "min_blocks", "warpgroups", "proxy_fence", "overlap",
             "chunks_per_stage", "m_tiles")
     for variant, tn, st, mb, wg, pf, ov, cps, mt in itertools.product(*(grid[k] for k in keys)):
-        if variant == "v1" and (cps != 1 or mt != 1):  # ws-only knobs
+        if variant == "v1" and mt != 1:  # ws-only knob
+            continue
+        if variant == "v1" and cps > 1 and ov:  # v1 overlaps one chunk at a time
             continue
         if mt > 1 and ov:  # ws: two m tiles overlap within the stage instead
             continue

@@ -53,6 +53,10 @@ def test_tile_table_and_smem():
     with pytest.raises(ValueError, match="K % 128"):  # two 64-K chunks per stage
         codegen.gemm_spec(codegen.MoEDims(8, 192, 64), "down_routed",
                           codegen.TileConfig(8, 4, variant="ws", chunks_per_stage=2))
+    with pytest.raises(ValueError, match="chunks_per_stage must be"):  # v1 too (ops fit it: fit_chunks)
+        codegen.gemm_spec(codegen.MoEDims(8, 192, 64), "down_routed", codegen.TileConfig(8, 4, chunks_per_stage=2))
+    assert "_cps2_" in codegen.gemm_spec(codegen.MoEDims(8, 256, 128), "gate_up",
+                                         codegen.TileConfig(8, 4, chunks_per_stage=2)).name
 
 
 def _compile(spec, tmp_path: Path):
@@ -178,7 +182,14 @@ def test_fused_min_blocks_bounds_only_the_fused_kernel():
 def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
     """ws stages need K % 128 == 0: a K=64 shape (the engine's tiny-kernels preset) gets v1's tile."""
     decode_rows = 1  # 1/8 row per expert: the band auto gives to ws
-    assert codegen.tile_for_rows(decode_rows, 8, "auto", k=64) == codegen.TILE_TABLE[0][1]
+    # (and v1's multi-chunk stages, which need K % (64 x chunks) == 0, become a ring of one-chunk stages)
+    table = codegen.TILE_TABLE[0][1]
+    cps = table.chunks_per_stage
+    assert cps > 1
+    fitted = dataclasses.replace(table, stages=table.stages * cps, chunks_per_stage=1)
+    assert codegen.tile_for_rows(decode_rows, 8, "auto", k=64) == fitted
+    assert codegen.tile_for_rows(6 * 8, 8, "v1", k=64) == fitted
+    assert codegen.tile_for_rows(6 * 8, 8, "v1", k=64 * cps) == table
     assert codegen.tile_for_rows(decode_rows, 8, "auto", k=256).variant == "ws"
     small = shapes.resolve("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64")
     specs = codegen.specs_for_shape(small, ("auto",))

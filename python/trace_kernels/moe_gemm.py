@@ -114,7 +114,7 @@ def _plan(kind: str, weights: MoEWeights, tile: codegen.TileConfig):
         n, k, e = weights.n, weights.k, weights.num_experts
         gate_up = kind.startswith("gate_up")
         dims = codegen.MoEDims(experts=e, hidden=k if gate_up else n, intermediate=n // 2 if gate_up else k)
-        spec = codegen.gemm_spec(dims, kind, tile)
+        spec = codegen.gemm_spec(dims, kind, codegen.fit_chunks(tile, k))  # (a v1 stage of chunks that K lacks)
         kernel = _kernel(spec)
         if spec.launch["persistent"]:
             _check_ws_registers(kernel, spec)

@@ -14,7 +14,7 @@
 //     16-wide scale block = one k16 step) and issues
 //     wgmma.m64nTNk16 with A from registers and B = the gathered activation rows (K-major,
 //     128B-swizzled) in shared memory; tokens are the wgmma N dimension.
-//   * a STAGES-deep cp.async ring over K chunks of 64.
+//   * a STAGES-deep cp.async ring; a stage holds CPS K chunks of 64 (one wait + CTA barrier per stage).
 // Epilogues: Plain (bf16 [M, N]), SwigluQuant (gate/up rows interleaved by 8: a thread holds the
 // gate and up of the same intermediate index; bf16 SwiGLU h, then the last CTA of a token tile
 // quantizes whole rows of h to NVFP4 + guidance), Swiglu (SwigluQuant's h only: the caller quantizes
@@ -72,6 +72,12 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
   uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   int src_bytes = valid ? 16 : 0;  // 0: zero-fill (rows past the expert's end)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
+}
+// cp_async_16 issued only where pred holds, as a predicated instruction rather than a branch around it.
+__device__ __forceinline__ void cp_async_16_if(void* smem_dst, const void* gmem_src, bool pred) {
+  uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16;\n}\n"
+               ::"r"(dst), "l"(gmem_src), "r"(static_cast<int>(pred)));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -138,10 +144,11 @@ __device__ __forceinline__ void scan_expert_tiles(const int32_t* offsets, int32_
 // cp.async + GMMA mainloops issue no such fence. false is an experiment until tested on the GPU.
 // OVERLAP: see the main loop; an experiment until tested on the GPU.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
-          bool OVERLAP = false>
+          bool OVERLAP = false, int CPS = 1>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
-  using Smem = MoESmem<TN, NWG, STAGES>;
+  constexpr int kSlots = STAGES * CPS;     // chunk slots of the ring
+  using Smem = MoESmem<TN, NWG, kSlots>;
   constexpr int kThreads = NWG * 128;
   constexpr int kBlockRows = 64 * NWG;     // weight rows per CTA
   constexpr int kRowTiles = N / 64;        // 64-row tiles per expert
@@ -149,6 +156,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(N % kBlockRows == 0 && K % detail::kChunkK == 0, "N % (64*NWG) and K % 64 must be 0");
   static_assert(TN % 8 == 0 && TN >= 8 && TN <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(STAGES >= 2, "need at least a double buffer");
+  static_assert(CPS >= 1 && kChunks % CPS == 0 && (CPS == 1 || !OVERLAP), "K % (64 CPS) == 0; OVERLAP needs CPS 1");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
 
@@ -200,13 +208,13 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   TiledMMA tiled_mma = make_tiled_mma(MmaOp{});
   auto thr_mma = tiled_mma.get_thread_slice(tid % 128);
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
-                                             make_shape(Int<TN>{}, Int<detail::kChunkK>{}, Int<STAGES>{})));
+                                             make_shape(Int<TN>{}, Int<detail::kChunkK>{}, Int<kSlots>{})));
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
                                              make_shape(_64{}, Int<detail::kChunkK>{})));
   bfloat16_t* smem_b = reinterpret_cast<bfloat16_t*>(smem + Smem::kB);
-  Tensor sB = make_tensor(make_smem_ptr(smem_b), SmemLayoutB{});               // (TN, 64, STAGES)
+  Tensor sB = make_tensor(make_smem_ptr(smem_b), SmemLayoutB{});               // (TN, 64, slots)
   Tensor sA_shape = make_tensor(make_smem_ptr(smem_b), SmemLayoutA{});         // (64, 64): shape only
-  Tensor tCsB = thr_mma.partition_B(sB);                                       // (MMA, 1, 4, STAGES)
+  Tensor tCsB = thr_mma.partition_B(sB);                                       // (MMA, 1, 4, slots)
   Tensor tCrB = thr_mma.make_fragment_B(tCsB);                                 // descriptors
   Tensor tCrA = thr_mma.partition_fragment_A(sA_shape);                        // (MMA, 1, 4) bf16 regs
   Tensor accum = partition_fragment_C(tiled_mma, Shape<_64, Int<TN>>{});       // ((2,2,TN/8), 1, 1)
@@ -240,51 +248,64 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const uint8_t* scale_src = p.w_scales + (record + static_cast<size_t>(tid / 16) * kChunks) * detail::kScaleRecord +
                              (tid % 16) * 16;  // used by tid < NWG * 16 only
 
-  auto load_stage = [&](int chunk, int stage) {
+  // Chunk chunk0 + rel into `stage`: the kOnePiece activation, code and scale copies read a_c, code_c and
+  // scale_c (this thread's pointers for chunk chunk0) plus rel chunks, an immediate offset when rel is a
+  // constant (the unrolled main loop below).
+  const __nv_bfloat16* a_c = a_src;
+  const uint8_t* code_c = code_src;
+  const uint8_t* scale_c = scale_src;
+  auto load_stage = [&](int chunk0, int rel, int stage) {
     if constexpr (kOnePiece) {
       if (tid < TN * 8)
-        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_src + chunk * detail::kChunkK, a_valid);
+        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_c + rel * detail::kChunkK, a_valid);
     } else {
       for (int i = tid; i < TN * 8; i += kThreads) {
         const int n = i >> 3, c = i & 7;
         const int src = src_rows[n];
-        const __nv_bfloat16* g = p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + chunk * detail::kChunkK + c * 8);
+        const __nv_bfloat16* g =
+            p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + (chunk0 + rel) * detail::kChunkK + c * 8);
         detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
       }
     }
-    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16,
-                        code_src + static_cast<size_t>(chunk) * detail::kCodeRecord, true);
-    if (tid < NWG * 16)
-      detail::cp_async_16(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
-                          scale_src + static_cast<size_t>(chunk) * detail::kScaleRecord, true);
+    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16, code_c + rel * detail::kCodeRecord,
+                        true);
+    detail::cp_async_16_if(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
+                           scale_c + rel * detail::kScaleRecord, tid < NWG * 16);
   };
 
-  // ---- main loop: STAGES-deep cp.async ring over K chunks ----
-  // OVERLAP = false: wgmma.wait 0 after each chunk, prefetch distance STAGES-1.
-  // OVERLAP = true: the chunk's wgmmas stay in flight while the next chunk is dequantized into the
-  // other A register buffer (wait 1); a stage is then refilled only two chunks after it was read, so
-  // the prefetch distance is STAGES-2.
-  constexpr int kAhead = OVERLAP ? STAGES - 2 : STAGES - 1;
-  static_assert(kAhead >= 1, "OVERLAP needs STAGES >= 3");
+  // ---- main loop: STAGES-deep cp.async ring of CPS-chunk stages ----
+  // OVERLAP = false: wgmma.wait 0 after each chunk; prefetch distance STAGES-1 stages, one cp.async
+  // group, wait and CTA barrier per stage.
+  // OVERLAP = true (CPS 1): the chunk's wgmmas stay in flight while the next chunk is dequantized into
+  // the other A register buffer (wait 1); a stage is then refilled only two chunks after it was read,
+  // so the prefetch distance is STAGES-2.
+  constexpr int kAheadStages = OVERLAP ? STAGES - 2 : STAGES - 1;
+  constexpr int kAhead = kAheadStages * CPS;  // in chunks
+  static_assert(kAheadStages >= 1, "OVERLAP needs STAGES >= 3");
   static_assert(!OVERLAP || kChunks % 2 == 0, "OVERLAP alternates two A buffers: K % 128 == 0");
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < kChunks) load_stage(s, s);
-    detail::cp_async_commit();
+    if (s < kChunks) load_stage(0, s, s);
+    if (s % CPS == CPS - 1) detail::cp_async_commit();
   }
   const int lane = tid % 32, warp_in_wg = (tid % 128) / 32;
   const int g = lane / 4;
   Tensor tCrA_next = make_fragment_like(tCrA);  // second A buffer (OVERLAP only; dead code otherwise)
 
-  auto mainloop_step = [&](const int chunk, auto& frag_a) {
-    const int stage = chunk % STAGES;
-    detail::cp_async_wait<kAhead - 1>();
-    if constexpr (PROXY_FENCE) detail::fence_proxy_async_shared();
-    // stage `chunk` landed for every thread; every warpgroup is done with the stage refilled below
-    __syncthreads();
-    {
-      const int next = chunk + kAhead;
-      if (next < kChunks) load_stage(next, next % STAGES);
+  // chunk = chunk0 + rel in ring slot `stage` == chunk % kSlots; the caller passes rel and stage as
+  // constants where it can (see below), with a_c, code_c, scale_c at chunk0
+  auto mainloop_step = [&](const int chunk0, const int rel, const int stage, auto& frag_a) {
+    const int chunk = chunk0 + rel;
+    if (rel % CPS == 0) {  // the first chunk of a ring stage (chunk0 is a multiple of kSlots, so of CPS)
+      detail::cp_async_wait<kAheadStages - 1>();
+      if constexpr (PROXY_FENCE) detail::fence_proxy_async_shared();
+      // this stage landed for every thread; every warpgroup is done with the stage refilled below
+      __syncthreads();
+#pragma unroll
+      for (int c = 0; c < CPS; ++c) {
+        const int next = chunk + kAhead + c;
+        if (next < kChunks) load_stage(chunk0, rel + kAhead + c, (stage + kAhead + c) % kSlots);
+      }
       detail::cp_async_commit();
     }
     const uint4 codes = *reinterpret_cast<const uint4*>(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16);
@@ -309,13 +330,23 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   };
   if constexpr (OVERLAP) {
     for (int chunk = 0; chunk < kChunks; chunk += 2) {
-      mainloop_step(chunk, tCrA);
-      mainloop_step(chunk + 1, tCrA_next);
+      mainloop_step(0, chunk, chunk % kSlots, tCrA);
+      mainloop_step(0, chunk + 1, (chunk + 1) % kSlots, tCrA_next);
     }
     warpgroup_wait<0>();
     warpgroup_fence_operand(accum);
   } else {
-    for (int chunk = 0; chunk < kChunks; ++chunk) mainloop_step(chunk, tCrA);
+    // Unrolled by the ring's slots: every slot index, and with it each shared-memory offset and wgmma
+    // descriptor, is a compile-time constant, and a chunk's global offsets are one base per turn of
+    // the ring plus immediates (the decode tiles issue few instructions per chunk besides these).
+    for (int chunk0 = 0; chunk0 < kChunks; chunk0 += kSlots) {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s)
+        if (kChunks % kSlots == 0 || chunk0 + s < kChunks) mainloop_step(chunk0, s, s, tCrA);
+      a_c += kSlots * detail::kChunkK;
+      code_c += kSlots * detail::kCodeRecord;
+      scale_c += kSlots * detail::kScaleRecord;
+    }
   }
   detail::cp_async_wait<0>();
 

@@ -40,7 +40,9 @@ class TileConfig:
     proxy_fence: bool = True  # v1: fence.proxy.async per stage (moe_gemm.cuh); False is an untested experiment
     overlap: bool = False  # wgmma of chunk c in flight while chunk c+1 is dequantized (untested experiment)
     variant: str = "v1"  # "v1" (moe_gemm.cuh) or "ws" (moe_gemm_ws.cuh, warp-specialized persistent)
-    chunks_per_stage: int = 1  # ws: K chunks of 64 per ring stage (one mbarrier round trip per stage)
+    # K chunks of 64 per ring stage: ws, one mbarrier round trip per stage; v1, one cp.async wait and CTA
+    # barrier per stage (the ring then holds stages * chunks_per_stage chunks)
+    chunks_per_stage: int = 1
     m_tiles: int = 1  # ws: 64-row weight tiles per consumer warpgroup (2: half the activation re-reads)
     # ws fused gate_up: tile counter + last-CTA quantization on the producer warpgroup's spare warps
     async_epilogue: bool = False
@@ -63,8 +65,15 @@ class TileConfig:
 # 92-119 registers for the epilogue's row quantization (2 CTAs/SM; H200 2026-12-02, 30B T=64: fused
 # 0.122 ms vs 0.106 at 4 CTAs/SM), while its main loop needs ~50. The plain and down kernels keep
 # min_blocks=2 (50 registers, 4 CTAs/SM by shared memory): bounded at 4 they ran 4-7% slower.
+# Since the fourth session of 2026-12-02 (same-run A/Bs, profiling/results/moe_gemm_h200_decode_tiles4.json,
+# layer ms with quantize_after): the TN=8 ring holds its 8 chunks as 2 stages of 4 (one cp.async wait and
+# CTA barrier per 256 K): 30B T=64 0.1316 / 0.1326 / 0.1372 ms and 235B 0.3968 / 0.4074 / 0.4253 for
+# stages of 4 / 2 / 1 chunks; TN=16 from 6 to 12 rows per expert: T=128 (8 rows) 0.1367 vs TN=32's 0.1526
+# ms on 30B, 0.4227 vs 0.4879 on 235B, while at T=256 (16 rows) TN=32 wins (0.1564 vs 0.1807 ms on 30B):
+# the boundary at 12 rows lies between the two measured points.
 TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
-    (6.0, TileConfig(tile_tokens=8, stages=8, fused_min_blocks=4)),
+    (6.0, TileConfig(tile_tokens=8, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
+    (12.0, TileConfig(tile_tokens=16, stages=4, chunks_per_stage=2, fused_min_blocks=4)),
     (32.0, TileConfig(tile_tokens=32, stages=6, fused_min_blocks=4)),
     (float("inf"), TileConfig(tile_tokens=128, stages=4)),
 )
@@ -90,9 +99,7 @@ V1_ONE_WARPGROUP_DECODE_TILE = TileConfig(8, 4, 4, 1)
 AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (0.125, WS_TILE_TABLE[0][1]),
     (1.0, V1_ONE_WARPGROUP_DECODE_TILE),
-    TILE_TABLE[0],
-    TILE_TABLE[1],
-    TILE_TABLE[2],
+    *TILE_TABLE,
 )
 TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized afterwards by the quantize kernel (A/B runs)
@@ -143,6 +150,18 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # v1's decode and prefill table tiles with the fused gate_up's rows quantized by the quantize kernel
     replace(TILE_TABLE[0][1], quantize_after=True),
     replace(TILE_TABLE[-1][1], quantize_after=True),
+    # the TN=8 table tile's ring as 8 stages of 1 chunk (the table until 2026-12-02, with and without
+    # quantize_after) and as 4 stages of 2; the TN=32 table's ring and the one-warpgroup tile's as stages
+    # of two chunks
+    TileConfig(8, 8, fused_min_blocks=4),
+    TileConfig(8, 8, fused_min_blocks=4, quantize_after=True),
+    TileConfig(8, 4, chunks_per_stage=2, fused_min_blocks=4, quantize_after=True),
+    TileConfig(32, 3, 2, 0, chunks_per_stage=2, fused_min_blocks=4),
+    TileConfig(8, 3, 4, 1, chunks_per_stage=2),
+    # around the TN=16 / TN=32 boundary (12 routed rows per expert): both table tiles as auto's gate_up
+    # runs them (a TN=24 tile between them was slower than both at 8, 12 and 16 rows; docs/moe_gemm.md)
+    replace(TILE_TABLE[1][1], quantize_after=True),
+    replace(TILE_TABLE[2][1], quantize_after=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -183,7 +202,18 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
     name = variant or DEFAULT_VARIANT
     average = num_rows / max(num_experts, 1)
     tile = _table_tile(tile_table(name, kind), average)
-    return tile if k is None or name not in AUTO_TABLES else auto_fallback(tile, k, average, n)
+    if k is None:
+        return tile
+    return auto_fallback(tile, k, average, n) if name in AUTO_TABLES else fit_chunks(tile, k)
+
+
+def fit_chunks(tile: TileConfig, k: int) -> TileConfig:
+    """A v1 tile whose stages of chunks_per_stage K chunks do not divide K (e.g. K=64 with two): the same
+    ring of chunk slots as stages of one chunk. Other tiles as they are."""
+    cps = tile.chunks_per_stage
+    if tile.variant == "ws" or cps == 1 or k % (CHUNK_K * cps) == 0:
+        return tile
+    return replace(tile, stages=tile.stages * cps, chunks_per_stage=1)
 
 
 def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> TileConfig:
@@ -198,7 +228,7 @@ def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None
             warpgroups_for(n, tile)
         return tile
     except ValueError:
-        return replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after)
+        return fit_chunks(replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after), k)
 
 
 @dataclass(frozen=True)
@@ -244,8 +274,8 @@ def smem_bytes(tile: TileConfig, warpgroups: int, experts: int) -> int:
         per_stage = cps * (tile.tile_tokens * CHUNK_K * 2 + warpgroups * tile.m_tiles * (2048 + 256))
         header = (2 * tile.stages + 2 + 4 * tile.async_epilogue) * 8 + 4 * tile.tile_tokens * 4 + tile.tile_tokens * 4 + 16 + (experts + 1) * 4
         return header + 1024 + tile.stages * per_stage
-    per_stage = tile.tile_tokens * CHUNK_K * 2 + warpgroups * (2048 + 256)
-    return tile.stages * per_stage + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
+    per_chunk = tile.tile_tokens * CHUNK_K * 2 + warpgroups * (2048 + 256)
+    return tile.stages * tile.chunks_per_stage * per_chunk + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
 
 
 def threads_for(tile: TileConfig, warpgroups: int) -> int:
@@ -277,8 +307,12 @@ def ws_registers_fit(registers: int, warpgroups: int, min_blocks: int) -> bool:
 def check_tile(tile: TileConfig, k: int) -> None:
     if tile.variant not in TILE_TABLES:
         raise ValueError(f"unknown MoE GEMM variant {tile.variant!r}; known: {', '.join(TILE_TABLES)}")
-    if tile.variant != "ws" and (tile.m_tiles != 1 or tile.chunks_per_stage != 1 or tile.async_epilogue):
-        raise ValueError(f"m_tiles, chunks_per_stage and async_epilogue are ws knobs: {tile}")
+    if tile.variant != "ws" and (tile.m_tiles != 1 or tile.async_epilogue):
+        raise ValueError(f"m_tiles and async_epilogue are ws knobs: {tile}")
+    if tile.variant != "ws" and (tile.chunks_per_stage not in (1, 2, 4) or k % (CHUNK_K * tile.chunks_per_stage)
+                                 or (tile.chunks_per_stage > 1 and tile.overlap)):
+        raise ValueError(f"v1 chunks_per_stage must be 1, 2 or 4 (K % (64 x it) == 0, no overlap above 1), "
+                         f"got K={k}: {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
         raise ValueError(f"fused_min_blocks is a v1 knob (ws splits registers by min_blocks): {tile}")
     if tile.variant == "ws":
@@ -315,7 +349,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
         extra = {}
     else:
         extra = {"st": tile.stages, "mb": min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
-                 "ov": int(tile.overlap)}
+                 "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -354,7 +388,7 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
         for kind in CALL_KINDS:
             n, k = gemm_dims(shape, kind)
             for limit, tile in tile_table(name, kind):
-                fitted = auto_fallback(tile, k, limit, n) if name in AUTO_TABLES else tile
+                fitted = auto_fallback(tile, k, limit, n) if name in AUTO_TABLES else fit_chunks(tile, k)
                 spec = gemm_spec(shape, launched_kind(kind, fitted), fitted)
                 specs.setdefault(spec.name, spec)
     return list(specs.values()) + [combine_spec(shape)]
