@@ -121,8 +121,7 @@ def tile_label(tile) -> str:
         knobs += f"_mt{tile.m_tiles}" if tile.m_tiles > 1 else ""
         return knobs + ("_ae1" if getattr(tile, "async_epilogue", False) else "")
     knobs += f"_pf{int(tile.proxy_fence)}_ov{int(tile.overlap)}"
-    knobs += f"_cps{tile.chunks_per_stage}" if tile.chunks_per_stage > 1 else ""
-    return knobs + ("_wl1" if getattr(tile, "wg_local", False) else "")
+    return knobs + (f"_cps{tile.chunks_per_stage}" if tile.chunks_per_stage > 1 else "")
 
 
 def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generator, sweep_tiles: bool,

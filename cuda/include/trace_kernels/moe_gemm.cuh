@@ -80,16 +80,6 @@ __device__ __forceinline__ void cp_async_16_if(void* smem_dst, const void* gmem_
                ::"r"(dst), "l"(gmem_src), "r"(static_cast<int>(pred)));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Named barrier 1 + wg over the 128 threads of warpgroup wg (< 4). Immediate ids, so ptxas reserves only
-// the barriers used (a register id makes it reserve all 16).
-__device__ __forceinline__ void warpgroup_barrier(int wg) {
-  switch (wg) {
-    case 0: asm volatile("bar.sync 1, 128;\n" ::: "memory"); break;
-    case 1: asm volatile("bar.sync 2, 128;\n" ::: "memory"); break;
-    case 2: asm volatile("bar.sync 3, 128;\n" ::: "memory"); break;
-    default: asm volatile("bar.sync 4, 128;\n" ::: "memory"); break;
-  }
-}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 // cp.async writes through the generic proxy; wgmma reads shared memory through the async proxy.
@@ -102,14 +92,13 @@ __device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __e
 }  // namespace detail
 
 // Shared-memory plan of one CTA; the generator passes its own byte count and the kernel checks it.
-// B_COPIES: 1, or NWG for a copy of the activation ring per warpgroup (WG_LOCAL), each STAGES * kBStage.
-template <int TN, int NWG, int STAGES, int B_COPIES = 1>
+template <int TN, int NWG, int STAGES>
 struct MoESmem {
   static constexpr int kBStage = TN * detail::kChunkK * 2;          // bf16 activation tile
   static constexpr int kCodesStage = NWG * detail::kCodeRecord;
   static constexpr int kScalesStage = NWG * detail::kScaleRecord;
   static constexpr int kB = 0;                                       // 1024-aligned (SW128)
-  static constexpr int kCodes = kB + B_COPIES * STAGES * kBStage;
+  static constexpr int kCodes = kB + STAGES * kBStage;
   static constexpr int kScales = kCodes + STAGES * kCodesStage;
   static constexpr int kSrcRows = kScales + STAGES * kScalesStage;   // int32 [TN]
   static constexpr int kTokenScale = kSrcRows + TN * 4;              // float [TN]: s_w[e] * 2^7 * s_a[src]
@@ -154,14 +143,12 @@ __device__ __forceinline__ void scan_expert_tiles(const int32_t* offsets, int32_
 // later, still-flying cp.asyncs (draining the prefetch every iteration) is being measured. CUTLASS's
 // cp.async + GMMA mainloops issue no such fence. false is an experiment until tested on the GPU.
 // OVERLAP: see the main loop; an experiment until tested on the GPU.
-// WG_LOCAL: each warpgroup loads its own copy of the activation rows (and its own scales) and waits at a
-// 128-thread named barrier per stage instead of the CTA barrier, so the warpgroups run their rings apart.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
-          bool OVERLAP = false, int CPS = 1, bool WG_LOCAL = false>
+          bool OVERLAP = false, int CPS = 1>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr int kSlots = STAGES * CPS;     // chunk slots of the ring
-  using Smem = MoESmem<TN, NWG, kSlots, WG_LOCAL ? NWG : 1>;
+  using Smem = MoESmem<TN, NWG, kSlots>;
   constexpr int kThreads = NWG * 128;
   constexpr int kBlockRows = 64 * NWG;     // weight rows per CTA
   constexpr int kRowTiles = N / 64;        // 64-row tiles per expert
@@ -170,7 +157,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(TN % 8 == 0 && TN >= 8 && TN <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(STAGES >= 2, "need at least a double buffer");
   static_assert(CPS >= 1 && kChunks % CPS == 0 && (CPS == 1 || !OVERLAP), "K % (64 CPS) == 0; OVERLAP needs CPS 1");
-  static_assert(!WG_LOCAL || NWG <= 4, "WG_LOCAL: named barriers 1..4");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
 
@@ -225,9 +211,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
                                              make_shape(Int<TN>{}, Int<detail::kChunkK>{}, Int<kSlots>{})));
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
                                              make_shape(_64{}, Int<detail::kChunkK>{})));
-  // this warpgroup's activation ring (WG_LOCAL) or the CTA's
-  const int b_copy = WG_LOCAL ? wg * kSlots * Smem::kBStage : 0;
-  bfloat16_t* smem_b = reinterpret_cast<bfloat16_t*>(smem + Smem::kB + b_copy);
+  bfloat16_t* smem_b = reinterpret_cast<bfloat16_t*>(smem + Smem::kB);
   Tensor sB = make_tensor(make_smem_ptr(smem_b), SmemLayoutB{});               // (TN, 64, slots)
   Tensor sA_shape = make_tensor(make_smem_ptr(smem_b), SmemLayoutA{});         // (64, 64): shape only
   Tensor tCsB = thr_mma.partition_B(sB);                                       // (MMA, 1, 4, slots)
@@ -245,30 +229,24 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // Activations: TN rows x 8 pieces of 16 B per chunk. Same address as &sB(n, 8c, stage): the 128B
   // swizzle XORs the 16 B piece index with the row index within each 1024 B atom (the base is
   // 1024-aligned; tests/test_moe_gemm_codegen.py checks this formula against CuTe's layout).
-  constexpr int kLoaders = WG_LOCAL ? 128 : kThreads;  // threads that load one activation ring
-  const int ltid = WG_LOCAL ? tid % 128 : tid;
-  constexpr bool kOnePiece = TN * 8 <= kLoaders;  // at most one activation piece per thread and chunk
+  constexpr bool kOnePiece = TN * 8 <= kThreads;  // at most one activation piece per thread and chunk
   const __nv_bfloat16* a_src = p.a;
   uint32_t a_dst = 0;
   bool a_valid = false;
   if constexpr (kOnePiece) {
-    if (ltid < TN * 8) {
-      const int n = ltid >> 3, c = ltid & 7;
+    if (tid < TN * 8) {
+      const int n = tid >> 3, c = tid & 7;
       const int src = src_rows[n];
       a_valid = src >= 0;  // rows past the expert's end: zero-filled from row 0's (valid) address
       a_src = p.a + (static_cast<size_t>(a_valid ? src : 0) * K + c * 8);
-      a_dst = b_copy + n * 128 + ((c ^ (n & 7)) << 4);
+      a_dst = n * 128 + ((c ^ (n & 7)) << 4);
     }
   }
   // codes: one 16 B piece per thread (NWG * 128 pieces); scales: 16 pieces per warpgroup
   const uint8_t* code_src = p.w_codes + (record + static_cast<size_t>(wg) * kChunks) * detail::kCodeRecord +
                             (tid % 128) * 16;
-  // scales: 16 pieces per warpgroup, loaded by threads 0..16 NWG - 1 (WG_LOCAL: the first 16 of each warpgroup)
-  const int scale_wg = WG_LOCAL ? wg : tid / 16, scale_piece = WG_LOCAL ? tid % 128 : tid % 16;
-  const bool scale_loader = WG_LOCAL ? tid % 128 < 16 : tid < NWG * 16;
-  const uint32_t scale_dst = (scale_wg * 16 + scale_piece) * 16;
-  const uint8_t* scale_src = p.w_scales + (record + static_cast<size_t>(scale_wg) * kChunks) * detail::kScaleRecord +
-                             scale_piece * 16;
+  const uint8_t* scale_src = p.w_scales + (record + static_cast<size_t>(tid / 16) * kChunks) * detail::kScaleRecord +
+                             (tid % 16) * 16;  // used by tid < NWG * 16 only
 
   // Chunk chunk0 + rel into `stage`: the kOnePiece activation, code and scale copies read a_c, code_c and
   // scale_c (this thread's pointers for chunk chunk0) plus rel chunks, an immediate offset when rel is a
@@ -278,22 +256,21 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const uint8_t* scale_c = scale_src;
   auto load_stage = [&](int chunk0, int rel, int stage) {
     if constexpr (kOnePiece) {
-      if (ltid < TN * 8)
+      if (tid < TN * 8)
         detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_c + rel * detail::kChunkK, a_valid);
     } else {
-      for (int i = ltid; i < TN * 8; i += kLoaders) {
+      for (int i = tid; i < TN * 8; i += kThreads) {
         const int n = i >> 3, c = i & 7;
         const int src = src_rows[n];
         const __nv_bfloat16* g =
             p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + (chunk0 + rel) * detail::kChunkK + c * 8);
-        detail::cp_async_16(smem + Smem::kB + b_copy + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g,
-                            src >= 0);
+        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
       }
     }
     detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16, code_c + rel * detail::kCodeRecord,
                         true);
-    detail::cp_async_16_if(smem + Smem::kScales + stage * Smem::kScalesStage + scale_dst,
-                           scale_c + rel * detail::kScaleRecord, scale_loader);
+    detail::cp_async_16_if(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
+                           scale_c + rel * detail::kScaleRecord, tid < NWG * 16);
   };
 
   // ---- main loop: STAGES-deep cp.async ring of CPS-chunk stages ----
@@ -323,12 +300,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       detail::cp_async_wait<kAheadStages - 1>();
       if constexpr (PROXY_FENCE) detail::fence_proxy_async_shared();
       // this stage landed for every thread; every warpgroup is done with the stage refilled below
-      // (WG_LOCAL: the same within this warpgroup, which alone reads what its threads load)
-      if constexpr (WG_LOCAL) {
-        detail::warpgroup_barrier(wg);
-      } else {
-        __syncthreads();
-      }
+      __syncthreads();
 #pragma unroll
       for (int c = 0; c < CPS; ++c) {
         const int next = chunk + kAhead + c;

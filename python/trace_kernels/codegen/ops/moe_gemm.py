@@ -54,10 +54,6 @@ class TileConfig:
     # quantization) and the quantize kernel then rounds h's rows (same stream, the same bits): the
     # "fused" outputs in two launches. The other kinds' kernels ignore it.
     quantize_after: bool = False
-    # v1: each warpgroup loads its own copy of the activation rows and waits at its own 128-thread barrier
-    # per ring stage instead of the CTA barrier (moe_gemm.cuh WG_LOCAL; shared memory: one activation ring
-    # per warpgroup)
-    wg_local: bool = False
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -166,8 +162,6 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # runs them (a TN=24 tile between them was slower than both at 8, 12 and 16 rows; docs/moe_gemm.md)
     replace(TILE_TABLE[1][1], quantize_after=True),
     replace(TILE_TABLE[2][1], quantize_after=True),
-    # the TN=8 table tile with an activation ring and a barrier per warpgroup (as auto runs it)
-    replace(TILE_TABLE[0][1], quantize_after=True, wg_local=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -280,7 +274,7 @@ def smem_bytes(tile: TileConfig, warpgroups: int, experts: int) -> int:
         per_stage = cps * (tile.tile_tokens * CHUNK_K * 2 + warpgroups * tile.m_tiles * (2048 + 256))
         header = (2 * tile.stages + 2 + 4 * tile.async_epilogue) * 8 + 4 * tile.tile_tokens * 4 + tile.tile_tokens * 4 + 16 + (experts + 1) * 4
         return header + 1024 + tile.stages * per_stage
-    per_chunk = tile.tile_tokens * CHUNK_K * 2 * (warpgroups if tile.wg_local else 1) + warpgroups * (2048 + 256)
+    per_chunk = tile.tile_tokens * CHUNK_K * 2 + warpgroups * (2048 + 256)
     return tile.stages * tile.chunks_per_stage * per_chunk + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
 
 
@@ -315,8 +309,6 @@ def check_tile(tile: TileConfig, k: int) -> None:
         raise ValueError(f"unknown MoE GEMM variant {tile.variant!r}; known: {', '.join(TILE_TABLES)}")
     if tile.variant != "ws" and (tile.m_tiles != 1 or tile.async_epilogue):
         raise ValueError(f"m_tiles and async_epilogue are ws knobs: {tile}")
-    if tile.variant == "ws" and tile.wg_local:
-        raise ValueError(f"wg_local is a v1 knob: {tile}")
     if tile.variant != "ws" and (tile.chunks_per_stage not in (1, 2, 4) or k % (CHUNK_K * tile.chunks_per_stage)
                                  or (tile.chunks_per_stage > 1 and tile.overlap)):
         raise ValueError(f"v1 chunks_per_stage must be 1, 2 or 4 (K % (64 x it) == 0, no overlap above 1), "
@@ -357,8 +349,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
         extra = {}
     else:
         extra = {"st": tile.stages, "mb": min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
-                 "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {}),
-                 **({"wl": 1} if tile.wg_local else {})}
+                 "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -368,7 +359,6 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
               "m_tiles": tile.m_tiles,
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
-              "wg_local": "true" if tile.wg_local else "false",
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
               "block_rows": 64 * nwg * tile.m_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
