@@ -58,3 +58,31 @@ ncu_report() {
   grep -E "Memory Throughput|DRAM Throughput|Duration|SM Frequency|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per|Block Limit|Eligible|Active Warps" \
     "$rep.txt" | head -20
 }
+
+# moe_sanitizers DIR LIMIT: memcheck and racecheck (LIMIT s each) on the tiny fused gate_up and down GPU
+# tests over every tiling; logs DIR/sanitizer_{memcheck,racecheck}.log.
+moe_sanitizers() {
+  local dir=$1 limit=$2 tool
+  for tool in memcheck racecheck; do
+    sanitize "$tool" "$limit" "$dir/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider \
+      tests/gpu/test_moe_gemm.py -k "(test_gate_up_fused_quantization_is_exact or test_down_combine) and tiny and 64"
+  done
+}
+
+# bench_moe_tree TREE DIR NAME ROUND TOKENS LIMIT BASE: the layer benchmark (auto table, 10 reps) of this
+# tree (TREE=new) or of BASE (TREE=base: a carried copy of an earlier commit's python/, cuda/, codegen/ and
+# bench script, see run_gpu_checks_moe_decode_gather.sh); JSON DIR/NAME_TREE ROUND.json, log
+# DIR/bench_TREE ROUND.log, one summary line (shape, T, ms, x BF16).
+bench_moe_tree() {
+  local tree=$1 dir=$2 name=$3 round=$4 tokens=$5 limit=$6 base=$7
+  local out="$dir/${name}_${tree}${round}.json" log="$dir/bench_${tree}${round}.log"
+  if [ "$tree" = new ]; then
+    timeout "$limit" python3 profiling/bench_moe_gemm.py --variants auto --tokens "$tokens" --reps 10 --out "$out" \
+      > "$log" 2>&1
+  else
+    PYTHONPATH=/tmp/site:$PWD/$base/python:$PWD/rl timeout "$limit" python3 "$base/profiling/bench_moe_gemm.py" \
+      --variants auto --tokens "$tokens" --reps 10 --out "$out" > "$log" 2>&1
+  fi
+  echo "bench $tree $round exit $? (${SECONDS}s)"
+  grep -E "^qwen3\S+ +[0-9]" "$log" | awk '{print $1, $2, $5, $8}' | tr '\n' ';'; echo
+}

@@ -32,15 +32,6 @@ TOKENS=1,8,32,64,128,256,1024
 for round in 1 2; do
   for tree in new base; do
     [ "$(left)" -lt 40 ] && break 2
-    if [ "$tree" = new ]; then
-      timeout 90 python3 profiling/bench_moe_gemm.py --variants auto --tokens $TOKENS --reps 10 \
-        --out "$A/moe_gemm_h200_decode_gather_${tree}${round}.json" > "$A/bench_${tree}${round}.log" 2>&1
-    else
-      PYTHONPATH=/tmp/site:$PWD/$BASE/python:$PWD/rl timeout 90 python3 "$BASE/profiling/bench_moe_gemm.py" \
-        --variants auto --tokens $TOKENS --reps 10 \
-        --out "$A/moe_gemm_h200_decode_gather_${tree}${round}.json" > "$A/bench_${tree}${round}.log" 2>&1
-    fi
-    echo "bench $tree $round exit $? (${SECONDS}s)"
-    grep -E "^qwen3\S+ +[0-9]" "$A/bench_${tree}${round}.log" | awk '{print $1, $2, $5, $8}' | tr '\n' ';'; echo
+    bench_moe_tree "$tree" "$A" moe_gemm_h200_decode_gather "$round" "$TOKENS" 90 "$BASE"
   done
 done

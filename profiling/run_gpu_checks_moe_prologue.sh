@@ -21,25 +21,13 @@ tar_on_exit "$A"
 gpu_tests 100 "$A/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py tests/gpu/test_refit_packed.py
 gpu_tests 100 "$A/memory_kv_gpu_tests.log" tests/gpu/test_quantize_kernels.py tests/gpu/test_kv_kernels.py -k "refit or append"
 gpu_tests 120 "$A/engine_gpu_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_engine.py -m gpu
-for tool in memcheck racecheck; do
-  sanitize $tool 60 "$A/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_gemm.py \
-    -k "(test_gate_up_fused_quantization_is_exact or test_down_combine) and tiny and 64"
-done
+moe_sanitizers "$A" 60
 
 TOKENS=1,8,32,64,128,256,1024
 for round in 1 2; do
   for tree in new base; do
     [ "$(left)" -lt 60 ] && break 2
-    if [ "$tree" = new ]; then
-      timeout 90 python3 profiling/bench_moe_gemm.py --variants auto --tokens $TOKENS --reps 10 \
-        --out "$A/moe_gemm_h200_prologue_${tree}${round}.json" > "$A/bench_${tree}${round}.log" 2>&1
-    else
-      PYTHONPATH=/tmp/site:$PWD/$BASE/python:$PWD/rl timeout 90 python3 "$BASE/profiling/bench_moe_gemm.py" \
-        --variants auto --tokens $TOKENS --reps 10 \
-        --out "$A/moe_gemm_h200_prologue_${tree}${round}.json" > "$A/bench_${tree}${round}.log" 2>&1
-    fi
-    echo "bench $tree $round exit $? (${SECONDS}s)"
-    grep -E "^qwen3\S+ +[0-9]" "$A/bench_${tree}${round}.log" | awk '{print $1, $2, $5, $8}' | tr '\n' ';'; echo
+    bench_moe_tree "$tree" "$A" moe_gemm_h200_prologue "$round" "$TOKENS" 90 "$BASE"
   done
 done
 

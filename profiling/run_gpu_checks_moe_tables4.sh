@@ -15,10 +15,7 @@ tar_on_exit "$A"
 
 gpu_tests 100 "$A/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 gpu_tests 100 "$A/engine_gpu_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_engine.py -m gpu
-for tool in memcheck racecheck; do
-  sanitize $tool 70 "$A/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_gemm.py \
-    -k "(test_gate_up_fused_quantization_is_exact or test_down_combine) and tiny and 64"
-done
+moe_sanitizers "$A" 70
 timeout 100 python3 profiling/bench_moe_gemm.py --variants auto --tokens 1,8,32,64,128,256,1024,4096,16384 \
   --reps 10 --out "$A/moe_gemm_h200_decode_tables4.json" > "$A/bench.log" 2>&1
 echo "bench exit $? (${SECONDS}s)"; grep -E "^qwen3\S+ +[0-9]" "$A/bench.log"

@@ -13,10 +13,7 @@ source profiling/gpu_env.sh "$A/setup.log"
 tar_on_exit "$A"
 
 gpu_tests 100 "$A/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-for tool in memcheck racecheck; do
-  sanitize $tool 70 "$A/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_gemm.py \
-    -k "(test_gate_up_fused_quantization_is_exact or test_down_combine) and tiny and 64"
-done
+moe_sanitizers "$A" 70
 for round in 1 2; do
   [ "$(left)" -lt 50 ] && break
   timeout $(( $(left) - 5 )) python3 profiling/bench_moe_gemm.py --variants auto --tokens 64,128,256 \

@@ -20,26 +20,14 @@ tar_on_exit "$A"
 
 gpu_tests 120 "$A/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 gpu_tests 100 "$A/engine_gpu_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_engine.py -m gpu
-for tool in memcheck racecheck; do
-  sanitize $tool 70 "$A/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_gemm.py \
-    -k "(test_gate_up_fused_quantization_is_exact or test_down_combine) and tiny and 64"
-done
+moe_sanitizers "$A" 70
 
 for round in 1 2; do
   TOKENS=1,8,32,64,128,256,1024
   [ "$round" = 1 ] && TOKENS=$TOKENS,4096,16384
   for tree in new base; do
     [ "$(left)" -lt 70 ] && break 2
-    if [ "$tree" = new ]; then
-      timeout 120 python3 profiling/bench_moe_gemm.py --variants auto --tokens $TOKENS --reps 10 \
-        --out "$A/moe_gemm_h200_unrolled_${tree}${round}.json" > "$A/bench_${tree}${round}.log" 2>&1
-    else
-      PYTHONPATH=/tmp/site:$PWD/$BASE/python:$PWD/rl timeout 120 python3 "$BASE/profiling/bench_moe_gemm.py" \
-        --variants auto --tokens $TOKENS --reps 10 \
-        --out "$A/moe_gemm_h200_unrolled_${tree}${round}.json" > "$A/bench_${tree}${round}.log" 2>&1
-    fi
-    echo "bench $tree $round exit $? (${SECONDS}s)"
-    grep -E "^qwen3\S+ +[0-9]" "$A/bench_${tree}${round}.log" | awk '{print $1, $2, $5, $8}' | tr '\n' ';'; echo
+    bench_moe_tree "$tree" "$A" moe_gemm_h200_unrolled "$round" "$TOKENS" 120 "$BASE"
   done
 done
 if [ "$(left)" -gt 60 ]; then

@@ -16,10 +16,7 @@ source profiling/gpu_env.sh "$A/setup.log"
 tar_on_exit "$A"
 
 gpu_tests 60 "$A/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-for tool in memcheck racecheck; do
-  sanitize $tool 45 "$A/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_gemm.py \
-    -k "(test_gate_up_fused_quantization_is_exact or test_down_combine) and tiny and 64"
-done
+moe_sanitizers "$A" 45
 timeout 60 python3 profiling/bench_moe_gemm.py --variants auto --tokens 8,32,64 --extra-tokens 32,64 \
   --reps 10 --out "$A/moe_gemm_h200_wg_local.json" > "$A/bench.log" 2>&1
 echo "bench exit $? (${SECONDS}s)"; grep -E "^qwen3\S+ +[0-9]|extra tiles" "$A/bench.log" \

@@ -73,7 +73,8 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
   int src_bytes = valid ? 16 : 0;  // 0: zero-fill (rows past the expert's end)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
 }
-// cp_async_16 issued only where pred holds, as a predicated instruction rather than a branch around it.
+// cp_async_16 under a PTX predicate (no C++ branch around it; ptxas still decides between predication
+// and a branch, and the tables' kernels were measured with this form).
 __device__ __forceinline__ void cp_async_16_if(void* smem_dst, const void* gmem_src, bool pred) {
   uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16;\n}\n"

@@ -57,8 +57,9 @@ class TileConfig:
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
-# weights); prefill wants wide N so each weight byte feeds more FLOPs. Boundaries from the tile
-# sweep in profiling/results/moe_gemm_h200.json (qwen3-30b-a3b, fused gate_up): TN=8 is fastest up to
+# weights); prefill wants wide N so each weight byte feeds more FLOPs. First boundaries from the tile
+# sweep of 2026-11-29 in profiling/results/moe_gemm_h200.json (qwen3-30b-a3b, fused gate_up; TN=16 has
+# taken 6 to 12 rows since, below): TN=8 is fastest up to
 # 4 rows/expert (T=64: 0.212 vs 0.243 ms for TN=32), TN=32 from 8 to 16 (T=128: 0.247 vs 0.273;
 # T=256: 0.263 vs 0.457 for TN=8, 0.377 for TN=128), TN=128 from 64 (T=1024: 0.518 vs 0.703).
 # The decode tiles' fused gate_up asks for 4 CTAs/SM (64 registers): without that bound ptxas gives it
@@ -69,8 +70,8 @@ class TileConfig:
 # layer ms with quantize_after): the TN=8 ring holds its 8 chunks as 2 stages of 4 (one cp.async wait and
 # CTA barrier per 256 K): 30B T=64 0.1316 / 0.1326 / 0.1372 ms and 235B 0.3968 / 0.4074 / 0.4253 for
 # stages of 4 / 2 / 1 chunks; TN=16 from 6 to 12 rows per expert: T=128 (8 rows) 0.1367 vs TN=32's 0.1526
-# ms on 30B, 0.4227 vs 0.4879 on 235B, while at T=256 (16 rows) TN=32 wins (0.1564 vs 0.1807 ms on 30B):
-# the boundary at 12 rows lies between the two measured points.
+# ms on 30B, 0.4227 vs 0.4879 on 235B, and at T=192 (12 rows) 0.1465 vs 0.1557 / 0.4584 vs 0.4930, while at
+# T=256 (16 rows) TN=32 wins (0.1564 vs 0.1807 ms on 30B).
 TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (6.0, TileConfig(tile_tokens=8, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
     (12.0, TileConfig(tile_tokens=16, stages=4, chunks_per_stage=2, fused_min_blocks=4)),
