@@ -55,6 +55,12 @@ def _sm_count(device: int) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def _resident_ctas(kernel, device: int, threads: int) -> int:
+    """CTAs per SM the kernel's registers allow (v5: one full wave of its persistent grid)."""
+    return max(1, kernel.max_active_blocks_per_sm(device, threads))
+
+
 def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
     from trace_kernels.runtime import i32, kernel_for, ptr
     device = check_cuda_device(x)
@@ -65,13 +71,15 @@ def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
     counters = torch.zeros(4 if with_counters else 0, dtype=torch.int64, device=x.device)
     if rows:
         row_scales = scale if scale.dim() else scale.expand(rows).contiguous()  # tensor scale -> per row
-        spec = codegen_guided.spec(x.dtype, d)
+        spec = codegen_guided.spec(x.dtype, d, mode=codegen_guided.mode_of(codes is not None, with_counters))
         launch = spec.launch
         grid = -(-(rows * d // launch["elements_per_unit"]) // launch["units_per_cta"])
-        if "ctas_per_sm" in launch:  # persistent grid-stride kernel (v3): at most one wave of CTAs
-            grid = min(grid, GRID_LIMIT or _sm_count(device) * launch["ctas_per_sm"])
+        kernel = kernel_for(spec)
+        if "ctas_per_sm" in launch:  # persistent grid-stride kernel (v3..v5): at most one wave of CTAs
+            per_sm = _resident_ctas(kernel, device, launch["threads"]) if launch.get("fill_sms") else launch["ctas_per_sm"]
+            grid = min(grid, GRID_LIMIT or _sm_count(device) * per_sm)
         with nvtx.annotate("guided_fake_quantize"):
-            kernel_for(spec).launch(device, (grid,), (spec.launch["threads"],),
+            kernel.launch(device, (grid,), (spec.launch["threads"],),
                                     [ptr(x), ptr(row_scales), ptr(block_scales), ptr(mantissa_bits), ptr(codes),
                                      ptr(out), ptr(counters if with_counters else None), i32(rows),
                                      ptr(status_buffer(device))])

@@ -16,7 +16,8 @@ def memory_kernel_specs() -> list[KernelSpec]:
     """Every variant of every dtype / D the GPU tests and the benchmark use."""
     specs = [quantize.spec(t, d, v) for v in quantize.VARIANTS for t in DTYPES for d in QUANTIZE_DIMS
              if v != "v4" or quantize.v4_supports(t, d)]  # wider rows launch v2
-    specs += [guided_fake_quantize.spec(t, d, v) for v in guided_fake_quantize.VARIANTS for t in DTYPES
-              for d in GUIDED_DIMS]
+    guided = {s.name: s for s in (guided_fake_quantize.spec(t, d, v, mode) for v in guided_fake_quantize.VARIANTS
+                                  for t in DTYPES for d in GUIDED_DIMS for mode in guided_fake_quantize.MODES)}
+    specs += guided.values()  # v1..v4 serve every mode with one kernel
     specs += [refit_weights.spec(t, v) for v in refit_weights.VARIANTS for t in DTYPES]
     return specs

@@ -6,8 +6,9 @@ arithmetic per element (measured on the H200, docs/toolchain.md), "v2" the chose
 FP32 bit patterns, range check per half block, "v3" no division: exact 16-bit thresholds per block
 and a packed guided search, whole blocks per thread in a persistent grid-stride loop, counters
 reduced per CTA, "v4" v3 software-pipelined: the next pass's loads are issued before the current
-pass is computed (cuda/include/trace_kernels/guided_fake_quantize_v4.cuh). `VARIANT` is what the op
-launches.
+pass is computed (cuda/include/trace_kernels/guided_fake_quantize_v4.cuh), "v5" v4 compiled once per
+guidance mode (`MODES`), so each mode gets its own registers and occupancy
+(cuda/include/trace_kernels/guided_fake_quantize_v5.cuh). `VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ V3_SLOTS = 2  # v3: whole blocks per thread and pass: 64 B in flight per thread 
 V3_CTAS_PER_SM = 2  # v3's persistent grid: SMs x this many CTAs (the occupancy __launch_bounds__ asks for)
 V4_SLOTS = 1  # v4: one block per pass plus the next pass's in flight (2 slots spill at 128 registers)
 V4_CTAS_PER_SM = 2  # as v3
-VARIANTS = ("v1", "v2", "v3", "v4")
+# v5: the CTAs of 256 threads per SM each mode's kernel asks for (__launch_bounds__' minimum), from the ptxas
+# report: compact fits 77 registers at 3 without spilling, counters / full guidance spill there. The launch
+# fills each SM with as many CTAs as the registers allow (FP32 input: 40 registers, 6 CTAs)
+V5_CTAS_PER_SM = {"compact": 3, "compact_counters": 2, "full": 2, "full_counters": 2}
+MODES = tuple(V5_CTAS_PER_SM)  # guidance mode, then "_counters" when the call asks for them
+VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 VARIANT = "v4"  # the default launch: fastest in every mode in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_memory_ab.sh), bit-exact
 
 
@@ -35,35 +41,50 @@ def check_variant(variant: str | None) -> str:
     return resolve_variant(NAME, VARIANTS, VARIANT, variant)  # VARIANT read at call time (tests patch it)
 
 
-def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
-    return _spec(dtype, d, check_variant(variant))
+def mode_of(full: bool, counters: bool) -> str:
+    """The MODES entry of a call: full or compact guidance, with or without counters."""
+    return ("full" if full else "compact") + ("_counters" if counters else "")
+
+
+def spec(dtype, d: int, variant: str | None = None, mode: str = "compact") -> KernelSpec:
+    """The kernel of one call. v1..v4 serve every mode with one kernel; v5 has one per mode."""
+    if mode not in MODES:
+        raise ValueError(f"{NAME}: mode {mode!r} is not one of {MODES}")
+    variant = check_variant(variant)
+    return _spec(dtype, d, variant, mode if variant == "v5" else None)
 
 
 # memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
-def _spec(dtype, d: int, variant: str) -> KernelSpec:
+def _spec(dtype, d: int, variant: str, mode: str | None) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
     short = dtype_name(dtype)
-    if variant in ("v3", "v4"):  # grid = min(units / units_per_cta, SMs x ctas_per_sm); a unit is a 16-element block
-        slots, per_sm = (V3_SLOTS, V3_CTAS_PER_SM) if variant == "v3" else (V4_SLOTS, V4_CTAS_PER_SM)
+    if variant in ("v3", "v4", "v5"):  # grid = min(units / units_per_cta, SMs x ctas_per_sm); a unit is a 16-element block
+        slots, per_sm = {"v3": (V3_SLOTS, V3_CTAS_PER_SM), "v4": (V4_SLOTS, V4_CTAS_PER_SM)}.get(
+            variant, (V4_SLOTS, V5_CTAS_PER_SM.get(mode)))
         geometry = {"params": {"slots": slots, "min_ctas_per_sm": per_sm},
-                    "launch": {"elements_per_unit": 16, "units_per_cta": CTA * slots, "ctas_per_sm": per_sm}}
+                    "launch": {"elements_per_unit": 16, "units_per_cta": CTA * slots, "ctas_per_sm": per_sm,
+                               "fill_sms": variant == "v5"}}  # v5: the grid is the occupancy query's wave
     else:  # one pass: a unit is a half block
         geometry = {"params": {"slots": SLOTS, "min_ctas_per_sm": 0},
                     "launch": {"elements_per_unit": 8, "units_per_cta": CTA * SLOTS}}
+    mode_params = {"full": mode.startswith("full"), "count": mode.endswith("_counters")} if mode else {}
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, *variant_parts(short, variant), dims={"d": d}),
+        name=kernel_name(NAME, *variant_parts(short, variant), *((mode,) if mode else ()), dims={"d": d}),
         template=TEMPLATE,
-        params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": CTA, "variant": int(variant[1:]), **geometry["params"]},
+        params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": CTA, "variant": int(variant[1:]), **geometry["params"],
+                **mode_params},
         launch={"threads": CTA, **geometry["launch"]},
-        headers=(f"trace_kernels/guided_fake_quantize{'_v4' if variant == 'v4' else ''}.cuh",),
+        headers=(f"trace_kernels/guided_fake_quantize{'_' + variant if variant in ('v4', 'v5') else ''}.cuh",),
     )
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
-    return [spec("bf16", d) for d in quantize_dims(shape)]
+    """The trainer's call (compact guidance, no counters) and the audit's (full guidance, counters)."""
+    modes = ("compact", "full_counters") if check_variant(None) == "v5" else ("compact",)  # v1..v4: one kernel
+    return [spec("bf16", d, mode=mode) for d in quantize_dims(shape) for mode in modes]
 
 
 OP = OpCodegen(NAME, specs_for_shape, "trainer x + rollout guidance -> guided fake-quantized x, audit counters")
