@@ -144,7 +144,7 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
     specs = [quantize.spec("bf16", 64), guided_fake_quantize.spec("f32", 16), refit_weights.spec("f16"),
              quantize.spec("f16", 32, "v2"), guided_fake_quantize.spec("bf16", 16, "v2"),
-             guided_fake_quantize.spec("bf16", 32, "v5", "compact"),
+             guided_fake_quantize.spec("bf16", 32, "v6"), guided_fake_quantize.spec("f16", 32, "v6"),
              refit_weights.spec("f32", "v2"), refit_weights.spec("bf16", "v3")]
     entries = jit.build_all(specs, jobs=2)
     for spec, entry in zip(specs, entries):
@@ -153,19 +153,18 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
         assert report.registers > 0 and report.spill_stores == 0 and report.stack_frame == 0, spec.name
 
 
-def test_guided_v5_has_one_kernel_per_mode():
-    """v5 builds each guidance mode (compact / full, with / without counters) as its own kernel, so each gets
-    its own registers; v1..v4 serve every mode with one kernel, whose spec ignores the mode."""
+def test_guided_compact_only_variants():
+    """v5 / v6 build the trainer's call (compact guidance, no counters) as a kernel of its own and launch
+    v4's one kernel for every other mode; v1..v4 serve every mode with one kernel."""
     g = guided_fake_quantize
     assert [g.mode_of(full, counters) for full in (False, True) for counters in (False, True)] == list(g.MODES)
-    specs = {mode: g.spec("bf16", 2048, "v5", mode) for mode in g.MODES}
-    assert specs["compact"].name == "nvfp4_guided_fake_quantize_bf16_v5_compact_d2048_sm90a"
-    assert len({s.name for s in specs.values()}) == len(g.MODES)
-    for mode, s in specs.items():
+    for v in g.COMPACT_ONLY:
+        s = g.spec("bf16", 2048, v)
+        assert s.name == f"nvfp4_guided_fake_quantize_bf16_{v}_compact_d2048_sm90a" and s.launch["fill_sms"]
         text = s.render()
-        assert f"/*FULL=*/{str(mode.startswith('full')).lower()}" in text, mode
-        assert f"/*COUNT=*/{str(mode.endswith('_counters')).lower()}" in text, mode
-        assert f"__launch_bounds__(256, {g.V5_CTAS_PER_SM[mode]})" in text and s.launch["fill_sms"], mode
+        assert f"/*TABLES=*/{str(v == 'v6').lower()}" in text and f"__launch_bounds__(256, {g.V5_CTAS_PER_SM})" in text
+        for mode in g.MODES[1:]:
+            assert g.spec("bf16", 2048, v, mode) == g.spec("bf16", 2048, "v4")
     assert g.spec("bf16", 2048, "v4", "full_counters") == g.spec("bf16", 2048, "v4")
     assert not g.spec("bf16", 2048, "v4").launch["fill_sms"]
     with pytest.raises(ValueError, match="mode"):

@@ -364,6 +364,66 @@ def test_guided_v3_threshold_search_matches_the_reference_on_every_bf16():
             assert np.array_equal(guided_eq & ~changed, want_nearest == code_signed(code)), f"nearest_eq, d={d}"
 
 
+# guided v6: guided_pair_v6 and guided_tables_v6<__nv_bfloat16> (guided_fake_quantize.cuh) on 32-bit
+# words of two BF16 lanes, with prmt.b32 emulated: each lane with its own guidance bit, checked against
+# the reference on every finite BF16 pattern (in both lanes) for every step of _V3_STEPS.
+def _prmt(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """prmt.b32 default mode, selector nibbles 0..7 only (bit 3, sign replication, is never set here)."""
+    data = (np.asarray(b, dtype=np.uint64) << np.uint64(32)) | np.asarray(a, dtype=np.uint64)
+    out = np.zeros(np.broadcast(a, b, sel).shape, dtype=np.uint64)
+    for i in range(4):
+        nibble = (sel.astype(np.uint64) >> np.uint64(4 * i)) & np.uint64(0xF)
+        assert not (nibble & np.uint64(8)).any()
+        out |= ((data >> (nibble * np.uint64(8))) & np.uint64(0xFF)) << np.uint64(8 * i)
+    return out.astype(np.uint32)
+
+
+def _ge_pairs(a: np.ndarray, t) -> np.ndarray:
+    """HSET2.BF16_V2.GE as a mask: 0xFFFF in each lane where a >= t (both uint32 pairs of BF16)."""
+    t = np.broadcast_to(np.asarray(t, dtype=np.uint32), a.shape)
+    out = np.zeros(a.shape, dtype=np.uint32)
+    for shift in (0, 16):
+        lane = lambda v: _bf16_value(((v >> shift) & 0xFFFF).astype(np.uint16))  # noqa: E731
+        out |= np.where(lane(a) >= lane(t), np.uint32(0xFFFF << shift), np.uint32(0))
+    return out
+
+
+def _v6_pairs(w: np.ndarray, guide: np.ndarray, consts) -> np.ndarray:
+    a_t, b_t, out_t, _ = consts
+    pair = lambda v: np.uint32(v * 0x10001)  # noqa: E731  v3's 16-bit pairs, both halves equal
+    halves = lambda x, y: np.uint32((int(x) & 0xFFFF) | (int(y) & 0xFFFF0000))  # noqa: E731
+    step2and4 = 0x00800080 + 0x00800000
+    lower = (halves(pair(b_t[0]), pair(b_t[2])), pair(b_t[2]) + np.uint32(step2and4))
+    upper = (halves(pair(a_t[1]), pair(a_t[3])), pair(a_t[3]) + np.uint32(step2and4))
+    even = (pair(out_t[2]) & np.uint32(0xFFFF0000), pair(out_t[2]) + np.uint32(step2and4))
+    odd = (halves(pair(out_t[1]), pair(out_t[3])), pair(out_t[3]) + np.uint32(step2and4))
+    sel3 = lambda m, x, y: (m & x) | (~m & y)  # noqa: E731  select_bits
+    a = w & np.uint32(0x7FFF7FFF)
+    k2 = _ge_pairs(a, sel3(guide, pair(a_t[4]), pair(b_t[3])))
+    k1 = _ge_pairs(a, sel3(guide, sel3(k2, pair(a_t[6]), pair(a_t[2])), sel3(k2, pair(b_t[5]), pair(b_t[1]))))
+    q = (k2 & np.uint32(0x00440044)) | (k1 & np.uint32(0x00220022))
+    sel = q | (q >> np.uint32(8)) | np.uint32(0x1010)
+    k0 = _ge_pairs(a, sel3(guide, _prmt(*lower, sel), _prmt(*upper, sel)))
+    value = sel3(k0, _prmt(*odd, sel), _prmt(*even, sel))
+    return value & (w | np.uint32(0x7FFF7FFF))
+
+
+def test_guided_v6_table_search_matches_the_reference_on_every_bf16():
+    w = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    w = w[(w & 0x7F80) != 0x7F80]  # finite
+    x = torch.from_numpy(w.astype(np.int16)).view(torch.bfloat16).reshape(-1, 16)
+    partner = np.roll(np.arange(w.size), 12345)  # the high lane holds another pattern
+    bits = np.random.default_rng(5).integers(0, 2, size=(2, w.size)).astype(np.uint32)
+    words = w.astype(np.uint32) | (w[partner].astype(np.uint32) << 16)
+    guide = bits[0] * np.uint32(0xFFFF) | bits[1] * np.uint32(0xFFFF0000)
+    for b, s in _V3_STEPS:
+        d = _f32(float(torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).float()) * _f32(s))
+        want = [_guided_reference_bf16(x, b, s, bits=bit)[0] for bit in (0, 1)]  # [N] per guidance bit
+        got = _v6_pairs(words, guide, _v3_block_constants(d))
+        assert np.array_equal(got & 0xFFFF, np.where(bits[0] == 1, want[1], want[0])), f"low lane, d={d}"
+        assert np.array_equal(got >> 16, np.where(bits[1] == 1, want[1][partner], want[0][partner])), f"high lane, d={d}"
+
+
 def test_pipelined_variants_specs_and_sources():
     """guided v4: its own header and persistent launch geometry; the other variants' sources do not
     include it (their generated code is unchanged)."""

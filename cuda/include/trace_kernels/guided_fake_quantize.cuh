@@ -39,6 +39,7 @@ struct GuidedConfig {
   static_assert(VARIANT_ >= 1 && VARIANT_ <= 3, "variants: 1, 2, 3");
   static constexpr int kSlots = KSLOTS_;  // half blocks per thread
   static constexpr int kHalfBlocksPerRow = D / 8;
+  static constexpr bool kTables = false;  // v6's table search (guided_pair_v6) for compact guidance
   static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
   static_assert(CTA % 32 == 0, "whole warps");
 };
@@ -488,15 +489,81 @@ __device__ __forceinline__ uint32_t guided_pair_v3(uint32_t w, uint32_t guide, c
   return value & (w | 0x7fff7fffu);
 }
 
-// Guidance bits 4q..4q+3 at the top bit of bytes 0..3 (the four 4-bit shifted copies never overlap).
-__device__ __forceinline__ uint32_t spread_bits_to_byte_tops(uint32_t bits4) { return bits4 * 0x10204081u; }
-
 // prmt.b32 in its default mode: a selector nibble with bit 3 set replicates the top bit of its byte.
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
   uint32_t r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
   return r;
 }
+
+// ---------------------------------------------------------------------------------------------
+// v6 (compact guidance): v3's search with its third level and its output picked by prmt
+// ---------------------------------------------------------------------------------------------
+//
+// v3's third level selects 1 of 8 thresholds and its output 1 of 8 values by trees of 7 LOP3 each.
+// Both choices are an entry q = 2 k2 + k1 (levels 1 and 2) of 4-entry tables of 16-bit values, one
+// table per guidance bit (thresholds B_{j-1} / A_j at j = 2q + 1) and per k0 (outputs m = 2q,
+// 2q + 1). A table is 8 bytes in two registers, entry q at bytes 2q, 2q + 1, and one prmt picks
+// an entry per lane: 4 instructions build the selector, then 2 prmt + 1 select replace each tree
+// (20 instead of 24 per pair of elements). The thresholds and outputs are v3's.
+
+// Two 4-entry tables of 16-bit values per choice: {lo, hi} registers, entry q at bytes 2q, 2q + 1.
+struct GuidedTablesV6 {
+  uint32_t lower[2];  // B_0, B_2, B_4, B_6 (guidance bit 1: the lower neighbour's B)
+  uint32_t upper[2];  // A_1, A_3, A_5, A_7 (guidance bit 0)
+  uint32_t even[2];   // outputs m = 0, 2, 4, 6 (sign bits set, out[0] = 0)
+  uint32_t odd[2];    // outputs m = 1, 3, 5, 7
+};
+
+// Entries from v3's 16-bit pairs (both halves equal): the low half of x, the high half of y.
+__device__ __forceinline__ uint32_t halves(uint32_t x, uint32_t y) { return (x & 0xFFFFu) | (y & 0xFFFF0000u); }
+
+template <typename T>
+__device__ __forceinline__ GuidedTablesV6 guided_tables_v6(const GuidedBlockV3& c) {
+  GuidedTablesV6 t;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    // x2 and x4 of a pair's value in the two halves (the exponent steps of guided_block_v3)
+    constexpr uint32_t kTimes2And4 = kV3Bf16ExponentStep + (kV3Bf16ExponentStep & 0xFFFF0000u);
+    t.lower[0] = halves(c.b[0], c.b[2]);
+    t.lower[1] = c.b[2] + kTimes2And4;
+    t.upper[0] = halves(c.a[1], c.a[3]);
+    t.upper[1] = c.a[3] + kTimes2And4;
+    t.even[0] = c.out[2] & 0xFFFF0000u;
+    t.even[1] = c.out[2] + kTimes2And4;
+    t.odd[0] = halves(c.out[1], c.out[3]);
+    t.odd[1] = c.out[3] + kTimes2And4;
+  } else {
+    t.lower[0] = halves(c.b[0], c.b[2]);
+    t.lower[1] = halves(c.b[4], c.b[6]);
+    t.upper[0] = halves(c.a[1], c.a[3]);
+    t.upper[1] = halves(c.a[5], c.a[7]);
+    t.even[0] = c.out[2] & 0xFFFF0000u;
+    t.even[1] = halves(c.out[4], c.out[6]);
+    t.odd[0] = halves(c.out[1], c.out[3]);
+    t.odd[1] = halves(c.out[5], c.out[7]);
+  }
+  return t;
+}
+
+// v3's compact search and output for two elements; guide: all ones in a half whose bit is 1.
+template <typename T>
+__device__ __forceinline__ uint32_t guided_pair_v6(uint32_t w, uint32_t guide, const GuidedBlockV3& c,
+                                                   const GuidedTablesV6& t) {
+  const uint32_t a = w & 0x7fff7fffu;
+  const uint32_t k2 = Pair16<T>::ge(a, select_bits(guide, c.a[4], c.b[3]));  // m >= 4
+  const uint32_t k1 =                                                          // m >= 6 | 2
+      Pair16<T>::ge(a, select_bits(guide, select_bits(k2, c.a[6], c.a[2]), select_bits(k2, c.b[5], c.b[1])));
+  // prmt selector: nibbles 2 q0, 2 q0 + 1 (the low lane's entry), 2 q1, 2 q1 + 1 (the high lane's)
+  const uint32_t q = (k2 & 0x00440044u) | (k1 & 0x00220022u);
+  const uint32_t sel = q | (q >> 8) | 0x1010u;
+  const uint32_t k0 = Pair16<T>::ge(                                           // m odd
+      a, select_bits(guide, prmt(t.lower[0], t.lower[1], sel), prmt(t.upper[0], t.upper[1], sel)));
+  const uint32_t value = select_bits(k0, prmt(t.odd[0], t.odd[1], sel), prmt(t.even[0], t.even[1], sel));
+  return value & (w | 0x7fff7fffu);  // x's sign on the nonzero outputs (a zero stays +0)
+}
+
+// Guidance bits 4q..4q+3 at the top bit of bytes 0..3 (the four 4-bit shifted copies never overlap).
+__device__ __forceinline__ uint32_t spread_bits_to_byte_tops(uint32_t bits4) { return bits4 * 0x10204081u; }
 
 // v2's per-element arithmetic for one half block (FP32 input, blocks outside v3's exact range,
 // d == 0, non-finite input). Same results and counter contributions as v2's loop body.
@@ -572,6 +639,8 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
       for (int q = 0; q < 4; ++q) src[q] = spread_bits_to_byte_tops((guide.x >> (4 * q)) & 0xFu);
     }
     uint32_t o[8];
+    GuidedTablesV6 tables;
+    if constexpr (Cfg::kTables && !kFull) tables = guided_tables_v6<T>(c);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       uint32_t gp;
@@ -582,6 +651,12 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
       } else {  // bits 2i, 2i+1 -> all-ones halves (prmt's sign replication)
         const uint32_t b = (2 * i) & 3;
         gp = prmt(src[i >> 1], 0u, (b | 8) * 0x11 | ((b + 1) | 8) * 0x1100);
+      }
+      if constexpr (Cfg::kTables && !kFull) {
+        if (!count) {  // v6 counts nothing: its kernels are launched without counters
+          o[i] = guided_pair_v6<T>(w[i], gp, c, tables);
+          continue;
+        }
       }
       o[i] = guided_pair_v3<T, kFull>(w[i], gp, c, count, packed);
     }

@@ -20,6 +20,7 @@ struct GuidedConfigV4 {
   static constexpr int kSlots = KSLOTS_;  // whole blocks per thread and pass
   static constexpr int kHalfBlocksPerRow = D / 8;
   static constexpr int kBlocksPerRow = D / nvfp4::kBlock;
+  static constexpr bool kTables = false;  // see GuidedConfigV5
   static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
   static_assert(CTA % 32 == 0, "whole warps");
 };

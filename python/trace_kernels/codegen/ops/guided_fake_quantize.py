@@ -6,8 +6,9 @@ arithmetic per element (measured on the H200, docs/toolchain.md), "v2" the chose
 FP32 bit patterns, range check per half block, "v3" no division: exact 16-bit thresholds per block
 and a packed guided search, whole blocks per thread in a persistent grid-stride loop, counters
 reduced per CTA, "v4" v3 software-pipelined: the next pass's loads are issued before the current
-pass is computed (cuda/include/trace_kernels/guided_fake_quantize_v4.cuh), "v5" v4 compiled once per
-guidance mode (`MODES`), so each mode gets its own registers and occupancy
+pass is computed (cuda/include/trace_kernels/guided_fake_quantize_v4.cuh), "v5" v4 compiled for the
+trainer's call alone (compact guidance, no counters: its own registers and occupancy; the other modes
+launch v4's kernel), "v6" v5 with v3's third search level and output tree done by prmt table lookups
 (cuda/include/trace_kernels/guided_fake_quantize_v5.cuh). `VARIANT` is what the op launches.
 """
 
@@ -28,12 +29,13 @@ V3_SLOTS = 2  # v3: whole blocks per thread and pass: 64 B in flight per thread 
 V3_CTAS_PER_SM = 2  # v3's persistent grid: SMs x this many CTAs (the occupancy __launch_bounds__ asks for)
 V4_SLOTS = 1  # v4: one block per pass plus the next pass's in flight (2 slots spill at 128 registers)
 V4_CTAS_PER_SM = 2  # as v3
-# v5: the CTAs of 256 threads per SM each mode's kernel asks for (__launch_bounds__' minimum), from the ptxas
-# report: compact fits 77 registers at 3 without spilling, counters / full guidance spill there. The launch
-# fills each SM with as many CTAs as the registers allow (FP32 input: 40 registers, 6 CTAs)
-V5_CTAS_PER_SM = {"compact": 3, "compact_counters": 2, "full": 2, "full_counters": 2}
-MODES = tuple(V5_CTAS_PER_SM)  # guidance mode, then "_counters" when the call asks for them
-VARIANTS = ("v1", "v2", "v3", "v4", "v5")
+MODES = ("compact", "compact_counters", "full", "full_counters")  # guidance mode, "_counters" when counted
+# v5 / v6 build MODES[0] only (the trainer's call): on the H200 (2026-12-02) v4's loop compiled for one mode
+# was faster only there (compact with counters slower, full guidance equal); other modes launch v4.
+COMPACT_ONLY = ("v5", "v6")
+V5_CTAS_PER_SM = 3  # compact alone: 77 registers at 3 CTAs of 256 threads without spills (4: spills)
+VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
+HEADER_SUFFIX = {"v4": "_v4", "v5": "_v5", "v6": "_v5"}  # v1..v3: guided_fake_quantize.cuh
 VARIANT = "v4"  # the default launch: fastest in every mode in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_memory_ab.sh), bit-exact
 
 
@@ -47,44 +49,46 @@ def mode_of(full: bool, counters: bool) -> str:
 
 
 def spec(dtype, d: int, variant: str | None = None, mode: str = "compact") -> KernelSpec:
-    """The kernel of one call. v1..v4 serve every mode with one kernel; v5 has one per mode."""
+    """The kernel of one call: v1..v4 serve every mode with one kernel; v5 / v6 have a kernel for compact
+    guidance without counters and launch v4's for the other modes."""
     if mode not in MODES:
         raise ValueError(f"{NAME}: mode {mode!r} is not one of {MODES}")
     variant = check_variant(variant)
-    return _spec(dtype, d, variant, mode if variant == "v5" else None)
+    if variant in COMPACT_ONLY and mode != MODES[0]:
+        variant = "v4"
+    return _spec(dtype, d, variant)
 
 
 # memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
-def _spec(dtype, d: int, variant: str, mode: str | None) -> KernelSpec:
+def _spec(dtype, d: int, variant: str) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
     short = dtype_name(dtype)
-    if variant in ("v3", "v4", "v5"):  # grid = min(units / units_per_cta, SMs x ctas_per_sm); a unit is a 16-element block
+    if variant not in ("v1", "v2"):  # grid = min(units / units_per_cta, SMs x ctas_per_sm); a unit is a 16-element block
         slots, per_sm = {"v3": (V3_SLOTS, V3_CTAS_PER_SM), "v4": (V4_SLOTS, V4_CTAS_PER_SM)}.get(
-            variant, (V4_SLOTS, V5_CTAS_PER_SM.get(mode)))
+            variant, (V4_SLOTS, V5_CTAS_PER_SM))
         geometry = {"params": {"slots": slots, "min_ctas_per_sm": per_sm},
                     "launch": {"elements_per_unit": 16, "units_per_cta": CTA * slots, "ctas_per_sm": per_sm,
-                               "fill_sms": variant == "v5"}}  # v5: the grid is the occupancy query's wave
+                               "fill_sms": variant in COMPACT_ONLY}}  # the grid: the occupancy query's wave
     else:  # one pass: a unit is a half block
         geometry = {"params": {"slots": SLOTS, "min_ctas_per_sm": 0},
                     "launch": {"elements_per_unit": 8, "units_per_cta": CTA * SLOTS}}
-    mode_params = {"full": mode.startswith("full"), "count": mode.endswith("_counters")} if mode else {}
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, *variant_parts(short, variant), *((mode,) if mode else ()), dims={"d": d}),
+        name=kernel_name(NAME, *variant_parts(short, variant), *(MODES[:1] if variant in COMPACT_ONLY else ()),
+                         dims={"d": d}),
         template=TEMPLATE,
-        params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": CTA, "variant": int(variant[1:]), **geometry["params"],
-                **mode_params},
+        params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": CTA, "variant": int(variant[1:]), **geometry["params"]},
         launch={"threads": CTA, **geometry["launch"]},
-        headers=(f"trace_kernels/guided_fake_quantize{'_' + variant if variant in ('v4', 'v5') else ''}.cuh",),
+        headers=(f"trace_kernels/guided_fake_quantize{HEADER_SUFFIX.get(variant, '')}.cuh",),
     )
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
     """The trainer's call (compact guidance, no counters) and the audit's (full guidance, counters)."""
-    modes = ("compact", "full_counters") if check_variant(None) == "v5" else ("compact",)  # v1..v4: one kernel
-    return [spec("bf16", d, mode=mode) for d in quantize_dims(shape) for mode in modes]
+    specs = {s.name: s for d in quantize_dims(shape) for s in (spec("bf16", d), spec("bf16", d, mode="full_counters"))}
+    return list(specs.values())  # one kernel per D unless VARIANT has a compact-only kernel
 
 
 OP = OpCodegen(NAME, specs_for_shape, "trainer x + rollout guidance -> guided fake-quantized x, audit counters")
