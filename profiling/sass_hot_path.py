@@ -98,13 +98,14 @@ def main(argv=None) -> int:
     includes = {mode: [f"-I{hot_path_headers(mode, work / f'include_{mode}')}"] for mode in MODE_ON}
     shipped = compiler.include_flags(quantize.spec(args.dtype, args.d))
 
-    def per_element(spec, mode, slots_param=None, elements=None, slot_elements=8, slot_pair=(2, 4), bodies=1):
+    def per_element(spec, mode, slots_param=None, elements=None, slot_elements=8, slot_pair=(2, 4), bodies=1,
+                    extra_params=None):
         if slots_param is None:
             return compile_spec(spec, includes[mode], work, args.cuobjdump)[1] / elements
         counts = []
         for slots in slot_pair:  # the slot difference drops the fixed per-thread part
             variant = dataclasses.replace(spec, name=f"{spec.name}_s{slots}",
-                                          params={**spec.params, slots_param: slots})
+                                          params={**spec.params, slots_param: slots, **(extra_params or {})})
             counts.append(compile_spec(variant, includes[mode], work, args.cuobjdump)[1])
         return (counts[1] - counts[0]) / ((slot_pair[1] - slot_pair[0]) * slot_elements * bodies)
 
@@ -121,9 +122,12 @@ def main(argv=None) -> int:
         spec = guided_fake_quantize.spec(args.dtype, args.d, v)
         report, _ = compile_spec(spec, shipped, work, None)
         slot_elements = spec.launch["elements_per_unit"]
-        pipelined = {"slot_pair": (1, 2), "bodies": 2} if v == "v4" else {}
+        pipelined = {"slot_pair": (1, 2), "bodies": 2} if v != "v3" and spec.params["variant"] >= 4 else {}
+        modes = ("plain", "counters", "all")
+        if v in guided_fake_quantize.COMPACT_ONLY:  # compact only; 2 slots would spill at its 3 CTAs per SM
+            modes, pipelined["extra_params"] = ("plain",), {"min_ctas_per_sm": 2}
         cells = {mode: per_element(spec, mode, slots_param="slots", slot_elements=slot_elements, **pipelined)
-                 for mode in ("plain", "counters", "all")}
+                 for mode in modes}
         print(f"{spec.name:48s} {report.registers:4d} {report.spill_stores:5d} {report.stack_frame:5d}  "
               + "  ".join(f"{ {'plain': 'compact', 'counters': 'compact+counters', 'all': 'full+counters'}[m]} {x:.1f}"
                           for m, x in cells.items()))

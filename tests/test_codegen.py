@@ -27,13 +27,15 @@ def test_every_preset_renders_deterministically(preset):
 
 def test_names_are_stable():
     """The default launch (a non-v1 variant since the A/Bs of 2026-11-29) carries its tag; v1 keeps its
-    measured name."""
+    measured name. guided_fake_quantize: the trainer's call (v6, compact guidance) and v4's kernel for the
+    audit's call (full guidance with counters)."""
     names = [s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"), MY_OPS)]
-    g = guided_fake_quantize.VARIANT
-    assert g != "v1"
+    assert guided_fake_quantize.VARIANT == "v6"
     assert names == [
-        f"nvfp4_guided_fake_quantize_bf16_{g}_d128_sm90a", f"nvfp4_guided_fake_quantize_bf16_{g}_d2048_sm90a",
-        f"nvfp4_guided_fake_quantize_bf16_{g}_d768_sm90a", "nvfp4_quantize_bf16_v2_d128_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v4_d128_sm90a", "nvfp4_guided_fake_quantize_bf16_v4_d2048_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v4_d768_sm90a", "nvfp4_guided_fake_quantize_bf16_v6_compact_d128_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v6_compact_d2048_sm90a", "nvfp4_guided_fake_quantize_bf16_v6_compact_d768_sm90a",
+        "nvfp4_quantize_bf16_v2_d128_sm90a",
         "nvfp4_quantize_bf16_v2_d2048_sm90a", "nvfp4_quantize_bf16_v2_d768_sm90a", "nvfp4_refit_weights_bf16_v2_sm90a"]
     assert quantize.spec("f32", 16, "v1").name == "nvfp4_quantize_f32_d16_sm90a"
     assert guided_fake_quantize.spec("f16", 4096, "v1").name == "nvfp4_guided_fake_quantize_f16_d4096_sm90a"

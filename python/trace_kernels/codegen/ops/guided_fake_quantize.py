@@ -36,7 +36,9 @@ COMPACT_ONLY = ("v5", "v6")
 V5_CTAS_PER_SM = 3  # compact alone: 77 registers at 3 CTAs of 256 threads without spills (4: spills)
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
 HEADER_SUFFIX = {"v4": "_v4", "v5": "_v5", "v6": "_v5"}  # v1..v3: guided_fake_quantize.cuh
-VARIANT = "v4"  # the default launch: fastest in every mode in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_memory_ab.sh), bit-exact
+# the default launch: v6 for the compact call (86.9% / 88.2% of copy at 64 / 256 MB against v4's 74.4% / 74.9%,
+# profiling/results/guided_v5_h200.json), v4's kernel for the other modes (fastest there since 2026-11-29)
+VARIANT = "v6"
 
 
 def check_variant(variant: str | None) -> str:
