@@ -116,6 +116,28 @@ def test_quantize_optional_outputs_and_leading_axes(quantize_variant):
     assert_same_bits(r.q.scale, ref.scale, "scale")
 
 
+@pytest.mark.parametrize("guidance,dequant", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,d", [(7, 16), (33, 768), (9, 2048)])
+def test_quantize_output_sets(quantize_variant, guidance, dequant, dtype, rows, d):
+    """Every set of optional outputs bit-exact (v5 builds a kernel per set; the others branch per call);
+    outputs not asked for are None."""
+    x = make_input(rows, d, dtype, seed=rows * 7 + d + 2 * guidance + dequant)
+    r = ops.quantize(x, guidance=guidance, dequant=dequant)
+    ref = nvfp4.quantize(x.cpu())
+    assert_same_bits(r.q.codes, ref.codes, "codes")
+    assert_same_bits(r.q.block_scales, ref.block_scales, "block_scales")
+    assert_same_bits(r.q.scale, ref.scale, "scale")
+    if guidance:
+        assert_same_bits(r.mantissa_bits, nvfp4.make_guidance(ref).mantissa_bits, "mantissa_bits")
+    else:
+        assert r.mantissa_bits is None
+    if dequant:
+        assert_same_bits(r.dequant, nvfp4.dequantize(ref, torch.bfloat16, apply_scale=False), "dequant")
+    else:
+        assert r.dequant is None
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_quantize_many_rows_per_cta(quantize_variant, dtype):
     """Thousands of CTAs, rows of 4096 (two warps per row, shared-memory reduction)."""
