@@ -115,9 +115,7 @@ def main(argv=None) -> int:
         report, _ = compile_spec(spec, shipped, work, None)
         tpr = spec.params["tpr"]
         elements = -(-(args.d // 16) // tpr) * 16 if v != "v1" else -(-(args.d // 8) // tpr) * 8
-        # v5 has a kernel per output set: "plain" = codes only, "outputs" = bits + BF16 operand
-        for_mode = {"plain": quantize.spec(args.dtype, args.d, v, "codes"), "outputs": spec}
-        cells = {mode: per_element(for_mode[mode], mode, elements=elements) for mode in ("plain", "outputs")}
+        cells = {mode: per_element(spec, mode, elements=elements) for mode in ("plain", "outputs")}
         print(f"{spec.name:48s} {report.registers:4d} {report.spill_stores:5d} {report.stack_frame:5d}  "
               + "  ".join(f"{mode} {value:.1f}" for mode, value in cells.items()))
     for v in guided_fake_quantize.VARIANTS:

@@ -147,7 +147,6 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
     specs = [quantize.spec("bf16", 64), guided_fake_quantize.spec("f32", 16), refit_weights.spec("f16"),
              quantize.spec("f16", 32, "v2"), guided_fake_quantize.spec("bf16", 16, "v2"),
              guided_fake_quantize.spec("bf16", 32, "v6"), guided_fake_quantize.spec("f16", 32, "v6"),
-             quantize.spec("bf16", 64, "v5", "codes"),
              refit_weights.spec("f32", "v2"), refit_weights.spec("bf16", "v3")]
     entries = jit.build_all(specs, jobs=2)
     for spec, entry in zip(specs, entries):
@@ -172,25 +171,6 @@ def test_guided_compact_only_variants():
     assert not g.spec("bf16", 2048, "v4").launch["fill_sms"]
     with pytest.raises(ValueError, match="mode"):
         g.spec("bf16", 2048, "v5", "counters")
-
-
-def test_quantize_v5_has_one_kernel_per_output_set():
-    """quantize v5 is v2's row code with the optional outputs fixed per kernel; v1, v2, v4 serve every
-    output set with one kernel, whose spec ignores `outputs`."""
-    q = quantize
-    assert [q.outputs_of(g, dq) for g in (False, True) for dq in (False, True)] == list(q.OUTPUTS)
-    specs = {o: q.spec("bf16", 2048, "v5", o) for o in q.OUTPUTS}
-    assert specs["codes"].name == "nvfp4_quantize_bf16_v5_codes_d2048_sm90a"
-    assert len({s.name for s in specs.values()}) == len(q.OUTPUTS)
-    v2 = q.spec("bf16", 2048, "v2")
-    for i, (o, s) in enumerate(specs.items()):
-        text = s.render()
-        assert f"/*OUTPUTS=*/{i}>" in text and "/*VARIANT=*/2," in text, o
-        assert (s.params["tpr"], s.launch) == (v2.params["tpr"], v2.launch), o
-        assert q.spec("bf16", 2048, "v2", o) == v2
-    assert "OUTPUTS" not in v2.render()
-    with pytest.raises(ValueError, match="outputs"):
-        q.spec("bf16", 2048, "v5", "guidance")
 
 
 def test_quantize_v4_row_limit_and_block_size_names(monkeypatch):

@@ -120,8 +120,8 @@ def test_quantize_optional_outputs_and_leading_axes(quantize_variant):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,d", [(7, 16), (33, 768), (9, 2048)])
 def test_quantize_output_sets(quantize_variant, guidance, dequant, dtype, rows, d):
-    """Every set of optional outputs bit-exact (v5 builds a kernel per set; the others branch per call);
-    outputs not asked for are None."""
+    """Every set of optional outputs (the kernel picks its code path per call) bit-exact; outputs not asked
+    for are None."""
     x = make_input(rows, d, dtype, seed=rows * 7 + d + 2 * guidance + dequant)
     r = ops.quantize(x, guidance=guidance, dequant=dequant)
     ref = nvfp4.quantize(x.cpu())

@@ -23,11 +23,7 @@
 
 namespace trace_kernels {
 
-// OUTPUTS_: -1 = the optional outputs chosen at run time (by null pointers); else fixed at compile time,
-// bit 0 the BF16 operand, bit 1 the guidance bits (v5: v2 with one kernel per output set, so each set
-// gets its own registers instead of the most demanding set's).
-template <typename T_, int D_, int TPR_, int CTA_, int VARIANT_ = 1, int ROWS_PER_ITEM_ = 1, int STAGES_ = 1,
-          int OUTPUTS_ = -1>
+template <typename T_, int D_, int TPR_, int CTA_, int VARIANT_ = 1, int ROWS_PER_ITEM_ = 1, int STAGES_ = 1>
 struct QuantizeRowsConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -43,10 +39,8 @@ struct QuantizeRowsConfig {
   static constexpr int kRowsPerWarpPass = TPR <= 32 ? 32 / TPR : 1;  // v4: rows a warp quantizes at once
   static constexpr int kRowsPerItem = ROWS_PER_ITEM_;                  // v4: rows per bulk copy
   static constexpr int kStages = STAGES_;                              // v4: bulk copies in flight per warp
-  static constexpr int kOutputs = OUTPUTS_;
   static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
   static_assert(VARIANT_ == 1 || VARIANT_ == 2 || VARIANT_ == 4, "variants: 1, 2, 4");
-  static_assert(OUTPUTS_ >= -1 && OUTPUTS_ <= 3 && (OUTPUTS_ == -1 || VARIANT_ == 2), "fixed outputs: v2's rows");
   static_assert((TPR >= 2 || VARIANT_ != 1) && TPR >= 1 && (TPR & (TPR - 1)) == 0,
                 "TPR must be a power of two (>= 2 for v1: a block's halves sit in two lanes)");
   static_assert(CTA % TPR == 0 && CTA % 32 == 0 && CTA <= 1024, "CTA must hold whole rows and warps");
@@ -220,10 +214,7 @@ __device__ __forceinline__ void quantize_row_blocks(const Vec8<typename Cfg::T> 
                                                     uint8_t* __restrict__ mantissa_bits,
                                                     __nv_bfloat16* __restrict__ dequant,
                                                     uint32_t* __restrict__ status) {
-  if constexpr (Cfg::kOutputs >= 0) {  // fixed per kernel: the other sets are not compiled in
-    quantize_row_blocks_impl<Cfg, (Cfg::kOutputs & 1) != 0, (Cfg::kOutputs & 2) != 0>(
-        v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits, dequant, status);
-  } else if (dequant != nullptr) {
+  if (dequant != nullptr) {
     if (mantissa_bits != nullptr)
       quantize_row_blocks_impl<Cfg, true, true>(v, row, lane, row_ok, codes, block_scales, row_scales, mantissa_bits,
                                                 dequant, status);

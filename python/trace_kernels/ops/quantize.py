@@ -60,7 +60,7 @@ def launch_into(x, codes, block_scales, scale, bits, dq) -> None:
     d = x.shape[-1]
     rows = x.numel() // d
     if rows:
-        spec = codegen_quantize.spec(x.dtype, d, outputs=codegen_quantize.outputs_of(bits is not None, dq is not None))
+        spec = codegen_quantize.spec(x.dtype, d)
         kernel = kernel_for(spec)
         grid = -(-rows // spec.launch["rows_per_cta"])
         smem = spec.launch["smem_bytes"]

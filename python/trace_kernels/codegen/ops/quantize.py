@@ -17,10 +17,7 @@ NAME = "nvfp4_quantize"
 TEMPLATE = "nvfp4_quantize.cu.jinja"
 MIN_CTA = 128  # threads per block (v1, v2) unless a row takes more: 83.5% vs 80% of copy at 64 MB (256), the
 # shorter last wave (profiling/results/memory_quantize_cta_h200.json); names carry any other value
-VARIANTS = ("v1", "v2", "v4", "v5")  # v3 (register-pipelined, slower than v2 on the H200) was removed
-# v5: v2's rows with the optional outputs fixed per kernel (one kernel per OUTPUTS entry), so each output
-# set gets the registers it needs (codes only: 67 instead of v2's 78, 7 CTAs of 128 per SM instead of 6)
-OUTPUTS = ("codes", "bits", "dq", "bits_dq")  # index = bit 0 the BF16 operand, bit 1 the guidance bits
+VARIANTS = ("v1", "v2", "v4")  # v3 (register-pipelined, slower than v2 on the H200) was removed
 VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
 
 
@@ -75,44 +72,33 @@ def v4_supports(dtype, d: int) -> bool:
     return d * _ELEMENT_BYTES[dtype_name(dtype)] <= V4_MAX_ROW_BYTES
 
 
-def outputs_of(guidance: bool, dequant: bool) -> str:
-    """The OUTPUTS entry of a call."""
-    return OUTPUTS[int(dequant) + 2 * int(guidance)]
-
-
-def spec(dtype, d: int, variant: str | None = None, outputs: str = "bits_dq") -> KernelSpec:
+def spec(dtype, d: int, variant: str | None = None) -> KernelSpec:
     """The kernel for rows of d elements; variant None = VARIANT, except that rows v4 cannot take
-    (wider than V4_MAX_ROW_BYTES) launch v2 when v4 is the default. v1, v2, v4 serve every output set
-    with one kernel; v5 has one per set (`outputs`, an OUTPUTS entry)."""
-    if outputs not in OUTPUTS:
-        raise ValueError(f"{NAME}: outputs {outputs!r} is not one of {OUTPUTS}")
+    (wider than V4_MAX_ROW_BYTES) launch v2 when v4 is the default."""
     resolved = check_variant(variant)
     if resolved == "v4" and not v4_supports(dtype, d):
         if variant is not None:
             raise ValueError(f"{NAME}: v4 takes rows of at most {V4_MAX_ROW_BYTES} bytes, got D={d} of {dtype}")
         resolved = "v2"
-    # MIN_CTA read at call time (the benchmark sweeps it)
-    return _spec(dtype, d, resolved, MIN_CTA, outputs if resolved == "v5" else None)
+    return _spec(dtype, d, resolved, MIN_CTA)  # MIN_CTA read at call time (the benchmark sweeps it)
 
 
 # memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
-def _spec(dtype, d: int, variant: str, min_cta: int, outputs: str | None = None) -> KernelSpec:
+def _spec(dtype, d: int, variant: str, min_cta: int) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
     short = dtype_name(dtype)
-    rows = "v2" if variant == "v5" else variant  # v5 is v2's row code
-    tpr, cta = tiling(dtype, d, rows, min_cta)
+    tpr, cta = tiling(dtype, d, variant, min_cta)
     rows_per_item, smem = v4_pipeline(dtype, d) if variant == "v4" else (1, 0)
-    fixed = {"outputs": OUTPUTS.index(outputs)} if outputs else {}
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, *variant_parts(short, variant), *((outputs,) if outputs else ()),
-                         dims={"d": d, **({"cta": cta} if cta != tiling(dtype, d, rows, DEFAULT_MIN_CTA)[1] else {})}),
+        name=kernel_name(NAME, *variant_parts(short, variant),
+                         dims={"d": d, **({"cta": cta} if cta != tiling(dtype, d, variant, DEFAULT_MIN_CTA)[1] else {})}),
         template=TEMPLATE,
-        params={"cuda_type": CUDA_TYPES[short], "d": d, "tpr": tpr, "cta": cta, "variant": int(rows[1:]),
+        params={"cuda_type": CUDA_TYPES[short], "d": d, "tpr": tpr, "cta": cta, "variant": int(variant[1:]),
                 "rows_per_item": rows_per_item, "stages": V4_STAGES if variant == "v4" else 1,
-                "min_blocks": 0, **fixed},  # __launch_bounds__ min blocks per SM (0: none); 4 spills v2
+                "min_blocks": 0},  # __launch_bounds__ min blocks per SM (0: none); 4 spills v2
         # v4 is persistent: rows_per_cta is one pass of its warps; the launcher sizes the grid by occupancy
         launch={"threads": cta, "rows_per_cta": cta // tpr if variant != "v4" else (cta // 32) * rows_per_item,
                 "persistent": variant == "v4", "smem_bytes": smem},
@@ -126,9 +112,7 @@ def quantize_dims(shape: ModelShape) -> list[int]:
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
-    """The rollout's call (guidance bits + BF16 operand); v5 also builds the codes-only kernel."""
-    specs = {s.name: s for d in quantize_dims(shape) for s in (spec("bf16", d), spec("bf16", d, outputs="codes"))}
-    return list(specs.values())
+    return [spec("bf16", d) for d in quantize_dims(shape)]
 
 
 OP = OpCodegen(NAME, specs_for_shape, "x [rows, D] -> NVFP4 codes, scales, guidance bits, BF16 operand")
