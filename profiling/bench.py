@@ -34,8 +34,9 @@ import plots  # noqa: E402
 from trace_kernels.testing.provenance import git_commit, utc_now  # noqa: E402
 
 MB = 1 << 20
-QUICK = {"memory_sizes_mb": (16, 256), "moe_shapes": ("qwen3-30b-a3b",), "moe_tokens": (1, 64, 1024, 4096),
-         "moe_variants": ("auto",), "moe_reps": 10, "attention_cases": ((8, 4096), (8, 16384), (8, 32768)),
+QUICK = {"memory_sizes_mb": (16, 256), "moe_shapes": ("qwen3-30b-a3b",), "moe_tokens": (1, 8, 64, 256, 1024, 16384),
+         "moe_variants": ("auto",), "moe_reps": 10,
+         "attention_cases": ((8, 4096), (8, 16384), (8, 32768), (32, 32768)),
          "append_tokens": 65536, "sampling_batches": (512,),
          "rollout_argv": ["--quick", "--arms", "bf16:off:graphs,nvfp4:off:graphs,nvfp4:compact:graphs",
                           "--refit-iters", "1", "--time-budget", "100"]}
@@ -94,18 +95,21 @@ def run_moe(cfg: dict, bw: float) -> dict:
 
 
 def run_attention(cfg: dict, bw: float, l2: int) -> dict:
+    """Paged decode with the default kernel of each page format (attention.DEFAULT_*_VARIANT), SDPA over a
+    contiguous BF16 cache, and kv_append."""
     import bench_attention as bat
+    from trace_kernels import attention
     decode = []
     for batch, length in cfg["attention_cases"]:
         row = {"batch": batch, "length": length}
-        for name, timed in (("nvfp4", lambda: bat.bench_paged("nvfp4", batch, length, l2)),
-                            ("nvfp4_mma", lambda: bat.bench_paged("nvfp4", batch, length, l2, variant="mma")),
-                            ("bf16", lambda: bat.bench_paged("bf16", batch, length, l2)),
-                            ("bf16_mma", lambda: bat.bench_paged("bf16", batch, length, l2, variant="mma")),
+        for name, timed in (("nvfp4", lambda: bat.bench_paged("nvfp4", batch, length, l2,
+                                                             variant=attention.DEFAULT_NVFP4_VARIANT)),
+                            ("bf16", lambda: bat.bench_paged("bf16", batch, length, l2,
+                                                            variant=attention.DEFAULT_BF16_VARIANT)),
                             ("sdpa_bf16", lambda: bat.bench_sdpa(batch, length, l2))):
             row[name] = timed()
             row[name]["roofline_ms"] = row[name]["bytes"] / bw * 1e3
-        times = ", ".join(f"{k} {row[k]['ms']:.4f} ms" for k in plots.ATTENTION_KERNELS)
+        times = ", ".join(f"{k} {row[k]['ms']:.4f} ms" for k in plots.ATTENTION_KERNELS if k in row)
         print(f"attention B={batch} L={length}: {times}", flush=True)
         decode.append(row)
     append = [bat.bench_append(fmt, cfg["append_tokens"], g, l2) for fmt, g in (("nvfp4", False), ("nvfp4", True),

@@ -92,7 +92,7 @@ def bench_paged(fmt: str, batch: int, length: int, l2: int, max_sets: int = 4, v
     bytes_moved = per_set + 2 * batch * HQ * D * 2
     del data
     torch.cuda.empty_cache()
-    return {"ms": ms, "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12,
+    return {"ms": ms, "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12, "variant": variant,
             **launch_geometry(fmt, batch, length, variant)}
 
 

@@ -68,7 +68,8 @@ def normalize_attention(raw: dict, roofline: float) -> list[dict]:
             v = r.get(k, {})
             if "ms" not in v:
                 continue
-            rows.append({"kernel": k, "batch": r["batch"], "length": r["length"], "ms": v["ms"], "bytes": v["bytes"],
+            label = f"{k} [{v['variant']}]" if v.get("variant") and k != "sdpa_bf16" else k
+            rows.append({"kernel": label, "batch": r["batch"], "length": r["length"], "ms": v["ms"], "bytes": v["bytes"],
                          "tb_per_s": v["tb_per_s"], "vs_bf16": sdpa / v["ms"] if sdpa else None,
                          "fraction_of_roofline": v["bytes"] / roofline / (v["ms"] * 1e-3)})
     for a in raw.get("kv_append", []):
