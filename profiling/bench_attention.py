@@ -137,34 +137,46 @@ def bench_sdpa(batch: int, length: int, l2: int, max_sets: int = 4) -> dict:
     return {"ms": ms, "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
-def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | None = None) -> dict:
+APPEND_SLOTS = ("random", "contiguous")  # token t -> a random slot (decode: one token per sequence) / slot t (prefill)
+
+
+def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | None = None,
+                 slots: str = "random") -> dict:
     pages = -(-tokens // P)
     caches = (random_pages(fmt, pages), random_pages(fmt, pages))
     sets = 2
+
+    def slot_mapping():
+        if slots == "contiguous":
+            return torch.arange(tokens, device="cuda")
+        return torch.randperm(pages * P, device="cuda")[:tokens].contiguous()
+
     xs = [(torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"),
-           torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"),
-           torch.randperm(pages * P, device="cuda")[:tokens].contiguous()) for _ in range(sets)]
+           torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"), slot_mapping()) for _ in range(sets)]
     fn = lambda i: kv_append(xs[i][0], xs[i][1], xs[i][2], *caches, guidance=guidance, check_values=False,  # noqa: E731
                              variant=variant)
     ms = time_graph(fn, sets)
     rows = 2 * tokens * HKV
     written = rows * token_head_bytes(fmt) + (rows * (4 + D // 16 + D // 8) if guidance else 0)
     bytes_moved = rows * D * 2 + written + tokens * 8
-    return {"format": fmt, "guidance": guidance, "variant": variant or "default", "tokens": tokens, "ms": ms,
-            "bytes": bytes_moved,
+    return {"format": fmt, "guidance": guidance, "variant": variant or "default", "tokens": tokens, "slots": slots,
+            "ms": ms, "bytes": bytes_moved,
             "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
 APPEND_VARIANTS = ("b1", "b2", "b4", "b2_cta128")  # b2_cta128: the default (kv_append.DEFAULT_NVFP4_VARIANT)
 
 
-def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,), variants=APPEND_VARIANTS) -> list[dict]:
+def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,), variants=APPEND_VARIANTS,
+                          slot_patterns=("random",)) -> list[dict]:
     """kv_append NVFP4 variants (b1, b2 = default, b4: one, two, four blocks per thread; ...; without
-    and with guidance) and BF16 pages, at each token count; fraction_of_copy against copy_bw (bytes/s)."""
+    and with guidance) and BF16 pages, at each token count and slot pattern (APPEND_SLOTS);
+    fraction_of_copy against copy_bw (bytes/s)."""
     rows = []
-    for tokens in tokens_list:
-        rows += [bench_append("nvfp4", tokens, g, l2, v) for v in variants for g in (False, True)]
-        rows.append(bench_append("bf16", tokens, False, l2))
+    for slots in slot_patterns:
+        for tokens in tokens_list:
+            rows += [bench_append("nvfp4", tokens, g, l2, v, slots) for v in variants for g in (False, True)]
+            rows.append(bench_append("bf16", tokens, False, l2, slots=slots))
     for r in rows:
         r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
     return rows
@@ -172,7 +184,8 @@ def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,), varian
 
 def print_append(rows: list[dict]) -> None:
     for r in rows:
-        print(f"kv_append {r['format']:>5} {r['variant']:>7} guidance={r['guidance']!s:5} {r['tokens']:>7} tokens: "
+        print(f"kv_append {r['format']:>5} {r['variant']:>7} guidance={r['guidance']!s:5} {r['tokens']:>7} tokens "
+              f"{r.get('slots', 'random'):>10} slots: "
               f"{r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s ({r['fraction_of_copy']:.0%} of copy)")
 
 
@@ -307,6 +320,8 @@ def main() -> None:
     parser.add_argument("--bf16-variants", default="simt,mma", help="comma list of BF16 decode kernels")
     parser.add_argument("--append-only", action="store_true",
                         help="only kv_append (the --append-variants with and without guidance, BF16) at 64K and 256K tokens")
+    parser.add_argument("--append-slots", default="random",
+                        help="comma list of slot patterns for --append-only: random (decode), contiguous (prefill)")
     parser.add_argument("--append-variants", default=",".join(APPEND_VARIANTS),
                         help="comma list of NVFP4 kv_append variants (kv_append.py: b1, b2, b4, + p, + _cta128, ...)")
     parser.add_argument("--build-only", type=int, default=0, metavar="JOBS",
@@ -327,10 +342,13 @@ def main() -> None:
           + ", ".join(f"{k} {v / 1e12:.2f}" for k, v in copies.items()) + ")", flush=True)
 
     if args.append_only:
-        append = bench_append_variants(l2, copy_bw, (65536, 262144), args.append_variants.split(","))
+        patterns = [s for s in args.append_slots.split(",") if s]
+        if any(s not in APPEND_SLOTS for s in patterns):
+            parser.error(f"--append-slots: each of {APPEND_SLOTS}")
+        append = bench_append_variants(l2, copy_bw, (65536, 262144), args.append_variants.split(","), patterns)
         save({"gpu": props.name, "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
               "command": f"python profiling/bench_attention.py --append-only --append-variants {args.append_variants} "
-                         f"--out {args.out}",
+                         f"--append-slots {args.append_slots} --out {args.out}",
               "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
               "kv_append": append}, args.out)
         print_append(append)
