@@ -119,9 +119,11 @@ WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
 # with the last-CTA quantization in the epilogue (its fence, counter and tail hold every CTA's slot), from
 # T=8 on 235B and T=32 on 30B; layer 30B T=64 0.153 vs 0.160 ms, T=1024 0.380 vs 0.400. At ~1 routed row
 # per expert and below (the ws tile) the second launch costs more than it saves (T=1: 0.034 vs 0.032 ms).
-# (The one-warpgroup T=8 tile was measured with the in-epilogue quantization, which it keeps.)
-AUTO_GATE_UP_TABLE = AUTO_TILE_TABLE[:2] + tuple(
-    (limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE[2:])
+# The one-warpgroup tile (T=8) quantizes afterwards too since 2026-12-02 (fifth session, two rounds of
+# auto vs auto_qa, profiling/results/moe_gemm_h200_qa_t8.json): layer 30B T=8 0.0664 -> 0.0637 ms, fused
+# epilogue +25% -> +8% over its plain GEMM; 235B T=8 0.1838 -> 0.1775 ms, +10% -> +3%.
+AUTO_GATE_UP_TABLE = AUTO_TILE_TABLE[:1] + tuple(
+    (limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE[1:])
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": AUTO_TILE_TABLE[:-1] + ((float("inf"), WS_PREFILL_DOWN_TILE),),
     "gate_up_swiglu": AUTO_GATE_UP_TABLE,
@@ -135,6 +137,7 @@ if DEFAULT_VARIANT not in TILE_TABLES:
 # per CTA, a wider TN, no proxy fence, and the overlapped main loop (decode and prefill widths).
 EXTRA_TILES: tuple[TileConfig, ...] = (
     V1_ONE_WARPGROUP_DECODE_TILE,  # (auto's tile from 1/8 to 1 routed row per expert)
+    replace(V1_ONE_WARPGROUP_DECODE_TILE, quantize_after=True),  # (auto's fused gate_up tile there)
     TileConfig(64, 4, 2, 2),
     TileConfig(8, 8, 2, 0, proxy_fence=False),
     TileConfig(8, 8, 2, 0, overlap=True),
