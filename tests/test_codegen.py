@@ -34,7 +34,8 @@ def test_names_are_stable():
     assert names == [
         "nvfp4_guided_fake_quantize_bf16_v4_d128_sm90a", "nvfp4_guided_fake_quantize_bf16_v4_d2048_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v4_d768_sm90a", "nvfp4_guided_fake_quantize_bf16_v6_compact_d128_sm90a",
-        "nvfp4_guided_fake_quantize_bf16_v6_compact_d2048_sm90a", "nvfp4_guided_fake_quantize_bf16_v6_compact_d768_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v6_compact_d2048_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v6_compact_d768_sm90a",
         "nvfp4_quantize_bf16_v2_d128_sm90a",
         "nvfp4_quantize_bf16_v2_d2048_sm90a", "nvfp4_quantize_bf16_v2_d768_sm90a", "nvfp4_refit_weights_bf16_v2_sm90a"]
     assert quantize.spec("f32", 16, "v1").name == "nvfp4_quantize_f32_d16_sm90a"
@@ -164,7 +165,8 @@ def test_guided_compact_only_variants():
         s = g.spec("bf16", 2048, v)
         assert s.name == f"nvfp4_guided_fake_quantize_bf16_{v}_compact_d2048_sm90a" and s.launch["fill_sms"]
         text = s.render()
-        assert f"/*TABLES=*/{str(v == 'v6').lower()}" in text and f"__launch_bounds__(256, {g.V5_CTAS_PER_SM})" in text
+        assert f"/*TABLES=*/{str(v == 'v6').lower()}" in text
+        assert f"__launch_bounds__(256, {g.COMPACT_ONLY_CTAS_PER_SM})" in text
         for mode in g.MODES[1:]:
             assert g.spec("bf16", 2048, v, mode) == g.spec("bf16", 2048, "v4")
     assert g.spec("bf16", 2048, "v4", "full_counters") == g.spec("bf16", 2048, "v4")

@@ -421,7 +421,8 @@ def test_guided_v6_table_search_matches_the_reference_on_every_bf16():
         want = [_guided_reference_bf16(x, b, s, bits=bit)[0] for bit in (0, 1)]  # [N] per guidance bit
         got = _v6_pairs(words, guide, _v3_block_constants(d))
         assert np.array_equal(got & 0xFFFF, np.where(bits[0] == 1, want[1], want[0])), f"low lane, d={d}"
-        assert np.array_equal(got >> 16, np.where(bits[1] == 1, want[1][partner], want[0][partner])), f"high lane, d={d}"
+        high = np.where(bits[1] == 1, want[1][partner], want[0][partner])
+        assert np.array_equal(got >> 16, high), f"high lane, d={d}"
 
 
 def test_pipelined_variants_specs_and_sources():

@@ -57,7 +57,7 @@ def _sm_count(device: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _resident_ctas(kernel, device: int, threads: int) -> int:
-    """CTAs per SM the kernel's registers allow (v5: one full wave of its persistent grid)."""
+    """CTAs per SM the kernel's registers allow (v5 / v6: one full wave of the persistent grid)."""
     return max(1, kernel.max_active_blocks_per_sm(device, threads))
 
 
@@ -75,14 +75,15 @@ def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
         launch = spec.launch
         grid = -(-(rows * d // launch["elements_per_unit"]) // launch["units_per_cta"])
         kernel = kernel_for(spec)
-        if "ctas_per_sm" in launch:  # persistent grid-stride kernel (v3..v5): at most one wave of CTAs
-            per_sm = _resident_ctas(kernel, device, launch["threads"]) if launch.get("fill_sms") else launch["ctas_per_sm"]
+        if "ctas_per_sm" in launch:  # persistent grid-stride kernel (v3..v6): at most one wave of CTAs
+            per_sm = launch["ctas_per_sm"]
+            if launch.get("fill_sms"):  # v5 / v6: as many CTAs as the kernel's registers allow
+                per_sm = _resident_ctas(kernel, device, launch["threads"])
             grid = min(grid, GRID_LIMIT or _sm_count(device) * per_sm)
         with nvtx.annotate("guided_fake_quantize"):
             kernel.launch(device, (grid,), (spec.launch["threads"],),
-                                    [ptr(x), ptr(row_scales), ptr(block_scales), ptr(mantissa_bits), ptr(codes),
-                                     ptr(out), ptr(counters if with_counters else None), i32(rows),
-                                     ptr(status_buffer(device))])
+                          [ptr(x), ptr(row_scales), ptr(block_scales), ptr(mantissa_bits), ptr(codes), ptr(out),
+                           ptr(counters if with_counters else None), i32(rows), ptr(status_buffer(device))])
         after_launch(device)
     return out, counters
 

@@ -18,6 +18,6 @@ def memory_kernel_specs() -> list[KernelSpec]:
              if v != "v4" or quantize.v4_supports(t, d)]  # wider rows launch v2
     guided = {s.name: s for s in (guided_fake_quantize.spec(t, d, v, mode) for v in guided_fake_quantize.VARIANTS
                                   for t in DTYPES for d in GUIDED_DIMS for mode in guided_fake_quantize.MODES)}
-    specs += guided.values()  # v1..v4 serve every mode with one kernel
+    specs += guided.values()  # by name: one kernel serves several modes (v5 / v6 launch v4's for most)
     specs += [refit_weights.spec(t, v) for v in refit_weights.VARIANTS for t in DTYPES]
     return specs

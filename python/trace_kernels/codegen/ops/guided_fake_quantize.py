@@ -33,7 +33,7 @@ MODES = ("compact", "compact_counters", "full", "full_counters")  # guidance mod
 # v5 / v6 build MODES[0] only (the trainer's call): on the H200 (2026-12-02) v4's loop compiled for one mode
 # was faster only there (compact with counters slower, full guidance equal); other modes launch v4.
 COMPACT_ONLY = ("v5", "v6")
-V5_CTAS_PER_SM = 3  # compact alone: 77 registers at 3 CTAs of 256 threads without spills (4: spills)
+COMPACT_ONLY_CTAS_PER_SM = 3  # v5 / v6: 77 registers at 3 CTAs of 256 threads without spills (4: spills)
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
 HEADER_SUFFIX = {"v4": "_v4", "v5": "_v5", "v6": "_v5"}  # v1..v3: guided_fake_quantize.cuh
 # the default launch: v6 for the compact call (86.9% / 88.2% of copy at 64 / 256 MB against v4's 74.4% / 74.9%,
@@ -67,9 +67,10 @@ def _spec(dtype, d: int, variant: str) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
     short = dtype_name(dtype)
-    if variant not in ("v1", "v2"):  # grid = min(units / units_per_cta, SMs x ctas_per_sm); a unit is a 16-element block
+    # persistent variants: grid = min(units / units_per_cta, SMs x ctas_per_sm); a unit is a 16-element block
+    if variant not in ("v1", "v2"):
         slots, per_sm = {"v3": (V3_SLOTS, V3_CTAS_PER_SM), "v4": (V4_SLOTS, V4_CTAS_PER_SM)}.get(
-            variant, (V4_SLOTS, V5_CTAS_PER_SM))
+            variant, (V4_SLOTS, COMPACT_ONLY_CTAS_PER_SM))
         geometry = {"params": {"slots": slots, "min_ctas_per_sm": per_sm},
                     "launch": {"elements_per_unit": 16, "units_per_cta": CTA * slots, "ctas_per_sm": per_sm,
                                "fill_sms": variant in COMPACT_ONLY}}  # the grid: the occupancy query's wave
