@@ -122,7 +122,7 @@ def main(argv=None) -> int:
         spec = guided_fake_quantize.spec(args.dtype, args.d, v)
         report, _ = compile_spec(spec, shipped, work, None)
         slot_elements = spec.launch["elements_per_unit"]
-        pipelined = {"slot_pair": (1, 2), "bodies": 2} if v != "v3" and spec.params["variant"] >= 4 else {}
+        pipelined = {"slot_pair": (1, 2), "bodies": 2} if spec.params["variant"] >= 4 else {}  # v4's loop
         modes = ("plain", "counters", "all")
         if v in guided_fake_quantize.COMPACT_ONLY:  # compact only; 2 slots would spill at its 3 CTAs per SM
             modes, pipelined["extra_params"] = ("plain",), {"min_ctas_per_sm": 2}

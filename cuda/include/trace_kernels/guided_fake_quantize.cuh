@@ -515,11 +515,10 @@ struct GuidedTablesV6 {
   uint32_t odd[2];    // outputs m = 1, 3, 5, 7
 };
 
-// Entries from v3's 16-bit pairs (both halves equal): the low half of x, the high half of y.
-__device__ __forceinline__ uint32_t halves(uint32_t x, uint32_t y) { return (x & 0xFFFFu) | (y & 0xFFFF0000u); }
-
+// From v3's 16-bit pairs (both halves equal); halves(x, y): the low half of x, the high half of y.
 template <typename T>
 __device__ __forceinline__ GuidedTablesV6 guided_tables_v6(const GuidedBlockV3& c) {
+  const auto halves = [](uint32_t x, uint32_t y) { return select_bits(0xFFFFu, x, y); };
   GuidedTablesV6 t;
   if constexpr (std::is_same<T, __nv_bfloat16>::value) {
     // x2 and x4 of a pair's value in the two halves (the exponent steps of guided_block_v3)
