@@ -113,6 +113,15 @@ def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) 
     return int(weights + tokens_in + fused_out + down_in + out)
 
 
+def variant_arm(label: str) -> tuple[str, bool]:
+    """`--variants` entry -> (tile table, programmatic dependent launches): "auto" uses PDL between the
+    layer's kernels (moe_gemm's pdl=True and FOLLOW_UP_PDL), "auto:nopdl" launches them plainly."""
+    variant, _, option = label.partition(":")
+    if option not in ("", "nopdl"):
+        raise ValueError(f"--variants entry {label!r}: the only option is ':nopdl'")
+    return variant, option != "nopdl"
+
+
 def tile_label(tile) -> str:
     knobs = f"{tile.variant}_tn{tile.tile_tokens}_st{tile.stages}_mb{tile.min_blocks}_wg{tile.warpgroups}"
     knobs += "_qa1" if getattr(tile, "quantize_after", False) else ""
@@ -147,15 +156,16 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         nbytes = nvfp4_bytes(e_active, h, i, t, m)
         flops = 2 * m * (2 * i * h + h * i)
         row = {"shape": shape.name, "tokens": t, "rows": m, "experts_active": e_active, "variants": {}}
-        for vi, variant in enumerate(variants):
+        for vi, label in enumerate(variants):
+            variant, pdl = variant_arm(label)
             tile = codegen.tile_for_rows(m, e, variant, k=h, kind="gate_up_swiglu", n=2 * i)
             down_tile = codegen.tile_for_rows(m, e, variant, k=i, kind="down_routed", n=h)  # auto: its own table
 
-            def nvfp4_layer(tile=tile, down_tile=down_tile):
+            def nvfp4_layer(tile=tile, down_tile=down_tile, pdl=pdl):
                 up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
-                                     validate=False, out=up_out, tile=tile)
+                                     validate=False, out=up_out, tile=tile, pdl=pdl)
                 ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y,
-                             slot_workspace=ys, tile=down_tile)
+                             slot_workspace=ys, tile=down_tile, pdl=pdl)
 
             def plain_gate_up(tile=tile):
                 ops.moe_gemm(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
@@ -165,17 +175,19 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
                 ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
                                 validate=False, out=up_out, tile=tile)
 
-            res = {"tile": dataclasses.asdict(tile), "down_tile": dataclasses.asdict(down_tile)}
+            res = {"tile": dataclasses.asdict(tile), "down_tile": dataclasses.asdict(down_tile), "pdl": pdl}
+            ops.FOLLOW_UP_PDL = pdl
             if vi == 0:
                 res["nvfp4_eager_ms"] = timer(nvfp4_layer)
             res["nvfp4_ms"] = timer(nvfp4_layer, graph=True)
             res["nvfp4_gate_up_fused_ms"] = timer(fused_gate_up, graph=True)
             res["nvfp4_gate_up_plain_ms"] = timer(plain_gate_up, graph=True)
+            ops.FOLLOW_UP_PDL = True
             res["nvfp4_down_ms"] = res["nvfp4_ms"] - res["nvfp4_gate_up_fused_ms"]
             res["nvfp4_bandwidth_fraction"] = nbytes / bw * 1e3 / res["nvfp4_ms"]
             res["nvfp4_tflops"] = flops / (res["nvfp4_ms"] * 1e-3) / 1e12
             res["fused_epilogue_overhead"] = res["nvfp4_gate_up_fused_ms"] / res["nvfp4_gate_up_plain_ms"] - 1
-            row["variants"][variant] = res
+            row["variants"][label] = res
             if vi == 0:
                 row.update({k: v for k, v in res.items() if k != "tile"})
                 row["tile_tokens"], row["stages"] = tile.tile_tokens, tile.stages
@@ -253,7 +265,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", default="profiling/results/moe_gemm_h200.json")
     parser.add_argument("--sweep-tiles", default="", help="shapes whose T also run every v1 table tile")
-    parser.add_argument("--variants", default="v1,ws", help="kernel variants to time (codegen TILE_TABLES keys)")
+    parser.add_argument("--variants", default="v1,ws",
+                        help="kernel variants to time (codegen TILE_TABLES keys; KEY:nopdl = without programmatic "
+                             "dependent launches between the layer's kernels)")
     parser.add_argument("--extra-tokens", default="", help="T values that also time EXTRA_TILES (every shape)")
     args = parser.parse_args(argv)
     setup = timing_setup(args.reps)

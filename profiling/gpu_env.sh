@@ -28,7 +28,8 @@ tar_on_exit() {
 gpu_tests() {
   local limit=$1 log=$2; shift 2
   timeout "$limit" python3 -m pytest -q -rfE -p no:cacheprovider "$@" > "$log" 2>&1
-  echo "$(basename "$log" .log) exit $?"; grep -E "^FAILED|^ERROR" "$log" | head -5; tail -1 "$log"
+  local rc=$?  # before any command substitution: "$(basename ...) exit $?" printed basename's status, 0
+  echo "$(basename "$log" .log) exit $rc"; grep -E "^FAILED|^ERROR" "$log" | head -5; tail -1 "$log"
 }
 
 # sanitize TOOL LIMIT LOG CMD...: compute-sanitizer memcheck / racecheck on CMD. API errors are not

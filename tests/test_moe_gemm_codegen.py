@@ -14,16 +14,20 @@ from trace_kernels.jit import compiler
 
 def test_specs_render_deterministically_with_readable_names():
     for name in ("tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"):
-        specs = codegen.specs_for_shape(shapes.preset(name), tuple(codegen.TILE_TABLES))
-        # one kernel per (kind, tile), auto's down GEMM with its own prefill tile; a quantize_after tile
-        # builds the Swiglu kernel for gate_up_swiglu, and the base tile's kernels for the other kinds
+        shape = shapes.preset(name)
+        specs = codegen.specs_for_shape(shape, tuple(codegen.TILE_TABLES))
+        # one kernel per (kind, tile), auto's down GEMM with its own tables (prefill; short K); a
+        # quantize_after tile builds the Swiglu kernel for gate_up_swiglu, the base tile's for the others
+        call_kinds = [kind for kind in codegen.KINDS if kind != "gate_up_swiglu_h"]
         kernels = {("gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind,
                     dataclasses.replace(tile, quantize_after=False))
-                   for v in codegen.TILE_TABLES for kind in codegen.KINDS if kind != "gate_up_swiglu_h"
-                   for _, tile in codegen.tile_table(v, kind)}
+                   for v in codegen.TILE_TABLES for kind in call_kinds
+                   for _, tile in codegen.tile_table(v, kind, codegen.gemm_dims(shape, kind)[1])}
         assert len({s.name for s in specs}) == len(specs) == len(kernels) + 1
-        default = codegen.specs_for_shape(shapes.preset(name))  # what the AOT build and calls use
-        assert len(default) == 3 * len(codegen.TILE_TABLES[codegen.DEFAULT_VARIANT]) + 1
+        default = codegen.specs_for_shape(shape)  # what the AOT build and calls use
+        assert len(default) == sum(len(codegen.tile_table(codegen.DEFAULT_VARIANT, kind,
+                                                          codegen.gemm_dims(shape, kind)[1]))
+                                   for kind in call_kinds) + 1
         assert codegen.DEFAULT_VARIANT == "auto"
         for spec in specs:
             assert spec.render() == spec.render()
@@ -209,6 +213,11 @@ def test_auto_down_gemm_has_its_own_prefill_tile():
         tile = codegen.tile_for_rows(decode, 128, "auto", kind=kind)
         assert dataclasses.replace(tile, quantize_after=False) == codegen.TILE_TABLE[0][1]
         assert tile.quantize_after == (kind == "gate_up_swiglu")
+    # a short-K down GEMM (30B: K=768) takes the one-warpgroup tile up to 6 rows per expert, 235B's does not
+    for k, want in ((768, codegen.V1_ONE_WARPGROUP_DECODE_TILE), (1536, codegen.TILE_TABLE[0][1])):
+        for variant in codegen.AUTO_TABLES:
+            assert codegen.tile_for_rows(decode, 128, variant, k=k, kind="down_routed", n=2048) == want
+    assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile
     assert codegen.tile_for_rows(prefill, 8, "auto", k=128, kind="down_routed", n=192) == codegen.TILE_TABLE[-1][1]
     names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"))}

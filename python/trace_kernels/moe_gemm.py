@@ -9,6 +9,13 @@ Semantics: moe_gemm_ref.py. Every call validates its inputs before launching (of
 indices are read back, a device sync; pass validate=False in a captured hot path once the
 routing producer is trusted). Launches sit in NVTX ranges trace_kernels/moe_gemm_<kind> and
 trace_kernels/moe_combine.
+
+pdl=True (moe_gate_up, moe_down) makes the GEMM a programmatic dependent launch (pdl.cuh): it may
+start while the previous kernel on the stream runs, and reads the offsets and requests its first
+weight chunks before it waits for that kernel. Pass it only when that kernel writes neither the
+weights nor the offsets, e.g. moe_down right after moe_gate_up (the rollout engine does). The
+kernels a call launches after its GEMM (quantize_after's quantize, the combine) use PDL
+(FOLLOW_UP_PDL).
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ __all__ = ["empty_gate_up_output", "moe_down", "moe_down_op", "moe_gate_up", "mo
            "tile_for_rows"]
 
 tile_for_rows = codegen.tile_for_rows
+
+# The kernels a call launches after its own GEMM (quantize_after's quantize, the combine) wait for it
+# in-kernel (programmatic dependent launch); False launches them plainly (benchmark A/B).
+FOLLOW_UP_PDL = True
 
 
 class _Params(ctypes.Structure):
@@ -155,7 +166,7 @@ def _persistent_ctas(kernel, device_index: int, threads: int, smem: int) -> int:
 
 def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scale, *, m: int,
                  tile: codegen.TileConfig | None, out=None, out_f32=None, row_weight=None,
-                 quant: tuple | None = None) -> None:
+                 quant: tuple | None = None, pdl: bool = False) -> None:
     e = weights.num_experts
     tile = tile or codegen.tile_for_rows(m, e, k=weights.k, kind=kind, n=weights.n)
     spec, kernel = _plan(kind, weights, tile)
@@ -181,7 +192,8 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
               _addr(q_codes), _addr(q_bscales), _addr(q_scale), _addr(q_dequant), _addr(q_bits), _addr(counters),
               _addr(status))
     with nvtx.annotate(f"moe_gemm_{kind}"):
-        kernel.launch(device_index, grid, (launch["threads"], 1, 1), [(_params, values)], smem=launch["smem_bytes"])
+        kernel.launch(device_index, grid, (launch["threads"], 1, 1), [(_params, values)], smem=launch["smem_bytes"],
+                      pdl=pdl)
 
 
 def _prepare(a, weights, offsets, row_index, row_scale, validate: bool) -> int:
@@ -229,12 +241,13 @@ def empty_gate_up_output(m: int, intermediate: int, device) -> GateUpOutput:
 
 def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, row_index=None, row_scale=None,
                 tile: codegen.TileConfig | None = None, validate: bool = True,
-                out: GateUpOutput | None = None) -> GateUpOutput:
+                out: GateUpOutput | None = None, pdl: bool = False) -> GateUpOutput:
     """gate_up GEMM + SwiGLU + NVFP4 row quantization + guidance (interleaved weights [E, 2I, H]).
 
     The tile decides where the rows of h are quantized: in the GEMM's epilogue (the last CTA of each
     token tile), or, with tile.quantize_after, by the quantize kernel launched right after a GEMM that
-    only stores h. Both give nvfp4.quantize's bits of the same h."""
+    only stores h (always as a programmatic dependent launch of that GEMM). Both give
+    nvfp4.quantize's bits of the same h. pdl: see the module docstring."""
     if not a.is_cuda:
         return moe_gemm_ref.moe_gate_up_ref(a, weights, offsets, row_index=row_index, row_scale=row_scale)
     m = _prepare(a, weights, offsets, row_index, row_scale, validate)
@@ -256,11 +269,11 @@ def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, 
         kind = codegen.launched_kind("gate_up_swiglu", tile)
         if kind == "gate_up_swiglu_h":
             from .ops.quantize import launch_into
-            _launch_gemm(kind, a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h)
-            launch_into(h, codes, bscales, scale, bits, a_next)  # checks its own status (after_launch)
+            _launch_gemm(kind, a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h, pdl=pdl)
+            launch_into(h, codes, bscales, scale, bits, a_next, pdl=FOLLOW_UP_PDL)  # checks its own status (after_launch)
         else:
             _launch_gemm("gate_up_swiglu", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h,
-                         quant=(codes, bscales, scale, a_next, bits))
+                         quant=(codes, bscales, scale, a_next, bits), pdl=pdl)
             _after_launch(a.device.index if a.device.index is not None else torch.cuda.current_device())
     return out
 
@@ -273,8 +286,11 @@ def _combine_plan(experts: int, hidden: int, inter: int, top_k: int):
 
 def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_scale=None,
              tile: codegen.TileConfig | None = None, validate: bool = True,
-             out: torch.Tensor | None = None, slot_workspace: torch.Tensor | None = None) -> torch.Tensor:
-    """down GEMM over sorted rows a [M, I] + router weight + ordered top-k combine -> bf16 [T, H]."""
+             out: torch.Tensor | None = None, slot_workspace: torch.Tensor | None = None,
+             pdl: bool = False) -> torch.Tensor:
+    """down GEMM over sorted rows a [M, I] + router weight + ordered top-k combine -> bf16 [T, H].
+
+    The combine is always a programmatic dependent launch of the GEMM; pdl: see the module docstring."""
     if not a.is_cuda:
         return moe_gemm_ref.moe_down_ref(a, weights, routing, row_scale=row_scale)
     if routing.row_weight is None:
@@ -297,13 +313,13 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
     if m == 0:
         return out.zero_()
     _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, out_f32=ys,
-                 row_weight=routing.row_weight)
+                 row_weight=routing.row_weight, pdl=pdl)
     spec, kernel = _combine_plan(weights.num_experts, hidden, weights.k, top_k)
     from .runtime import i64, ptr
     device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     with nvtx.annotate("moe_combine"):
         kernel.launch(device_index, (t, 1, 1), (spec.launch["threads"], 1, 1),
-                      [ptr(ys), ptr(routing.slot_rows), ptr(out), i64(t)])
+                      [ptr(ys), ptr(routing.slot_rows), ptr(out), i64(t)], pdl=FOLLOW_UP_PDL)
     return out
 
 

@@ -211,6 +211,48 @@ def test_cuda_graph_replay_matches_eager(variant):
         assert torch.equal(replayed, eager)
 
 
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa"])
+@pytest.mark.parametrize("tokens", [1, 8, 64, 1024])
+def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
+    """pdl=True (the GEMMs start while the previous kernel runs and wait for it before reading its
+    outputs) gives the plain launches' bits, eagerly and replayed from a CUDA graph whose first nodes
+    poison the intermediate buffers: a kernel that read its predecessor's outputs too early would
+    see NaN or stale rows."""
+    from trace_kernels import ops as tk_ops
+    _, h, i, _ = SHAPES["qwen3-30b-a3b"]
+    p = problem("qwen3-30b-a3b", tokens, 40 + tokens)
+    r = p.routing
+    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, variant)
+    x = p.x.clone()  # [T, H] bf16: quantized inside the layer, so gate_up's predecessor is our kernel
+    up_out = _poisoned_gate_up(r.num_rows, i)
+    ys = torch.empty(r.num_rows, h, dtype=torch.float32, device="cuda")  # [M, H] per-slot rows
+    y = torch.empty(tokens, h, dtype=torch.bfloat16, device="cuda")
+
+    def layer(pdl):
+        for t in (up_out.h, up_out.a_next, up_out.q.scale, ys):
+            t.fill_(float("nan"))
+        q = tk_ops.quantize(x, dequant=True)
+        up = ops.moe_gate_up(q.dequant, p.gate_up, r.offsets, row_index=r.row_index, row_scale=q.q.scale,
+                             validate=False, out=up_out, tile=tile, pdl=pdl)
+        return ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y,
+                            slot_workspace=ys, tile=tile, pdl=pdl)
+
+    want = layer(False).clone()
+    assert not want.isnan().any()
+    for _ in range(3):
+        assert torch.equal(layer(True), want)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layer(True)
+    for seed in (1, 2):
+        x.copy_(problem("qwen3-30b-a3b", tokens, 40 + tokens + seed).x)
+        want = layer(False).clone()
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, want), (variant, tokens, seed)
+
+
 @pytest.mark.skipif("ws" not in _VARIANTS, reason="ws variant excluded")
 @pytest.mark.parametrize("ctas", [1, 3])
 def test_ws_few_persistent_ctas_equal_v1(ctas, monkeypatch):

@@ -34,6 +34,7 @@
 
 #include "trace_kernels/moe_dequant.cuh"
 #include "trace_kernels/moe_nvfp4_row.cuh"
+#include "trace_kernels/pdl.cuh"
 
 namespace trace_kernels::moe {
 
@@ -187,22 +188,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const int expert = item[0];
   const int row0 = p.offsets[expert] + (y_tile - tile_start[expert]) * TN;
   const int rows_valid = min(TN, p.offsets[expert + 1] - row0);
-  {
-    const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;  // A holds weights * 2^-7 (exact)
-    for (int n = tid; n < TN; n += kThreads) {
-      int src = -1;
-      float scale = 0.0f, weight = 0.0f;
-      if (n < rows_valid) {
-        src = p.row_index ? p.row_index[row0 + n] : row0 + n;
-        scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
-        if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
-      }
-      src_rows[n] = src;
-      token_scale[n] = scale;
-      token_weight[n] = weight;
-    }
-  }
-  __syncthreads();
 
   // ---- wgmma: 64 x TN x 16, A (weights) from registers, B (tokens) K-major SW128 in smem ----
   using MmaOp = decltype(SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<TN>, _16>>());
@@ -224,6 +209,50 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 
   const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG) * kChunks;  // (tile, chunk 0)
 
+  // codes: one 16 B piece per thread (NWG * 128 pieces); scales: 16 pieces per warpgroup
+  const uint8_t* code_src = p.w_codes + (record + static_cast<size_t>(wg) * kChunks) * detail::kCodeRecord +
+                            (tid % 128) * 16;
+  const uint8_t* scale_src = p.w_scales + (record + static_cast<size_t>(tid / 16) * kChunks) * detail::kScaleRecord +
+                             (tid % 16) * 16;  // used by tid < NWG * 16 only
+  // Chunk chunk0 + rel's weights into `stage`: code_c and scale_c (this thread's pointers for chunk
+  // chunk0) plus rel chunks, an immediate offset when rel is a constant (the unrolled main loop below).
+  const uint8_t* code_c = code_src;
+  const uint8_t* scale_c = scale_src;
+  auto load_weights = [&](int rel, int stage) {
+    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16, code_c + rel * detail::kCodeRecord,
+                        true);
+    detail::cp_async_16_if(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
+                           scale_c + rel * detail::kScaleRecord, tid < NWG * 16);
+  };
+
+  // The weights of the first chunks do not depend on the previous kernel on the stream (offsets and
+  // weights come from before it; pdl.cuh): under a programmatic dependent launch (moe_down(pdl=True))
+  // they stream in while that kernel finishes. They join the first stage's cp.async group below.
+  constexpr int kAheadStages = OVERLAP ? STAGES - 2 : STAGES - 1;  // prefetch distance (main loop)
+  constexpr int kAhead = kAheadStages * CPS;  // in chunks
+  static_assert(kAheadStages >= 1, "OVERLAP needs STAGES >= 3");
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s)
+    if (s < kChunks) load_weights(s, s);
+  pdl::wait_for_prerequisite_grid();  // the activations, their row scales: the previous kernel's outputs
+
+  {
+    const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;  // A holds weights * 2^-7 (exact)
+    for (int n = tid; n < TN; n += kThreads) {
+      int src = -1;
+      float scale = 0.0f, weight = 0.0f;
+      if (n < rows_valid) {
+        src = p.row_index ? p.row_index[row0 + n] : row0 + n;
+        scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
+        if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
+      }
+      src_rows[n] = src;
+      token_scale[n] = scale;
+      token_weight[n] = weight;
+    }
+  }
+  __syncthreads();
+
   // Each thread's copy sources and destinations are the same for every K chunk but for the chunk
   // offset, so they are computed once here (the decode tiles issue few instructions per chunk, and
   // the compiler cannot hoist the activation gather's shared-memory row lookup by itself).
@@ -243,19 +272,9 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       a_dst = n * 128 + ((c ^ (n & 7)) << 4);
     }
   }
-  // codes: one 16 B piece per thread (NWG * 128 pieces); scales: 16 pieces per warpgroup
-  const uint8_t* code_src = p.w_codes + (record + static_cast<size_t>(wg) * kChunks) * detail::kCodeRecord +
-                            (tid % 128) * 16;
-  const uint8_t* scale_src = p.w_scales + (record + static_cast<size_t>(tid / 16) * kChunks) * detail::kScaleRecord +
-                             (tid % 16) * 16;  // used by tid < NWG * 16 only
-
-  // Chunk chunk0 + rel into `stage`: the kOnePiece activation, code and scale copies read a_c, code_c and
-  // scale_c (this thread's pointers for chunk chunk0) plus rel chunks, an immediate offset when rel is a
-  // constant (the unrolled main loop below).
+  // Chunk chunk0 + rel's activation rows into `stage` (a_c: this thread's pointer for chunk chunk0).
   const __nv_bfloat16* a_c = a_src;
-  const uint8_t* code_c = code_src;
-  const uint8_t* scale_c = scale_src;
-  auto load_stage = [&](int chunk0, int rel, int stage) {
+  auto load_activations = [&](int chunk0, int rel, int stage) {
     if constexpr (kOnePiece) {
       if (tid < TN * 8)
         detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_c + rel * detail::kChunkK, a_valid);
@@ -268,10 +287,10 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
         detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
       }
     }
-    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16, code_c + rel * detail::kCodeRecord,
-                        true);
-    detail::cp_async_16_if(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
-                           scale_c + rel * detail::kScaleRecord, tid < NWG * 16);
+  };
+  auto load_stage = [&](int chunk0, int rel, int stage) {
+    load_activations(chunk0, rel, stage);
+    load_weights(rel, stage);
   };
 
   // ---- main loop: STAGES-deep cp.async ring of CPS-chunk stages ----
@@ -280,15 +299,13 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // OVERLAP = true (CPS 1): the chunk's wgmmas stay in flight while the next chunk is dequantized into
   // the other A register buffer (wait 1); a stage is then refilled only two chunks after it was read,
   // so the prefetch distance is STAGES-2.
-  constexpr int kAheadStages = OVERLAP ? STAGES - 2 : STAGES - 1;
-  constexpr int kAhead = kAheadStages * CPS;  // in chunks
-  static_assert(kAheadStages >= 1, "OVERLAP needs STAGES >= 3");
   static_assert(!OVERLAP || kChunks % 2 == 0, "OVERLAP alternates two A buffers: K % 128 == 0");
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < kChunks) load_stage(0, s, s);
+    if (s < kChunks) load_activations(0, s, s);
     if (s % CPS == CPS - 1) detail::cp_async_commit();
   }
+  pdl::allow_dependent_launch();  // every CTA is past its prologue: the next kernel may get resident
   const int lane = tid % 32, warp_in_wg = (tid % 128) / 32;
   const int g = lane / 4;
   Tensor tCrA_next = make_fragment_like(tCrA);  // second A buffer (OVERLAP only; dead code otherwise)
@@ -402,6 +419,8 @@ template <int H, int TOPK>
 __device__ __forceinline__ void moe_combine_device(const float* __restrict__ ys, const int32_t* __restrict__ slot_rows,
                                                    __nv_bfloat16* __restrict__ out, int64_t num_tokens) {
   static_assert(H % 4 == 0, "H % 4 == 0");
+  pdl::wait_for_prerequisite_grid();  // ys: the down GEMM's output
+  pdl::allow_dependent_launch();
   const int64_t t = blockIdx.x;
   if (t >= num_tokens) return;
   int32_t rows[TOPK];

@@ -35,6 +35,7 @@
 
 #include "trace_kernels/bulk_copy.cuh"
 #include "trace_kernels/moe_gemm.cuh"
+#include "trace_kernels/pdl.cuh"
 
 namespace trace_kernels::moe {
 
@@ -166,6 +167,10 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
     }
   }
   __syncthreads();
+  // Everything below may read the previous kernel's outputs (pdl.cuh); the scan above reads only the
+  // offsets, which come from before it.
+  pdl::wait_for_prerequisite_grid();
+  pdl::allow_dependent_launch();
   // (read after setmaxnreg in each role: a value live across it is spilled)
   auto items = [&]() { return tile_start[E] * kXTiles; };
 

@@ -17,6 +17,7 @@
 
 #include "trace_kernels/bulk_copy.cuh"
 #include "trace_kernels/nvfp4.cuh"
+#include "trace_kernels/pdl.cuh"
 #include "trace_kernels/quantize_epilogue.cuh"
 #include "trace_kernels/status.cuh"
 #include "trace_kernels/vec.cuh"
@@ -347,6 +348,8 @@ __device__ __forceinline__ void quantize_rows_kernel(const typename Cfg::T* __re
                                                      uint8_t* __restrict__ mantissa_bits,
                                                      __nv_bfloat16* __restrict__ dequant, int rows,
                                                      uint32_t* __restrict__ status) {
+  pdl::wait_for_prerequisite_grid();  // x may be the previous kernel's output (launch_into(..., pdl=True))
+  pdl::allow_dependent_launch();
   if constexpr (Cfg::kVariant == 4)
     quantize_rows_v4<Cfg>(x, codes, block_scales, row_scales, mantissa_bits, dequant, rows, status);
   else if constexpr (Cfg::kVariant == 2)

@@ -52,9 +52,10 @@ def _launch(x, emit_guidance, emit_dequant):
     return codes, block_scales, scale, bits, dq
 
 
-def launch_into(x, codes, block_scales, scale, bits, dq) -> None:
+def launch_into(x, codes, block_scales, scale, bits, dq, *, pdl: bool = False) -> None:
     """The quantize kernel on x [rows, D] (contiguous, CUDA) into preallocated outputs (bits / dq None:
-    not written). Callers check shapes, dtypes and devices (quantize, moe_gemm.moe_gate_up)."""
+    not written). Callers check shapes, dtypes and devices (quantize, moe_gemm.moe_gate_up).
+    pdl: a programmatic dependent launch (the kernel waits for the previous one before it reads x)."""
     from trace_kernels.runtime import i32, kernel_for, ptr
     device = check_cuda_device(x)
     d = x.shape[-1]
@@ -70,7 +71,7 @@ def launch_into(x, codes, block_scales, scale, bits, dq) -> None:
         with nvtx.annotate("quantize"):
             kernel.launch(device, (grid,), (spec.launch["threads"],),
                           [ptr(x), ptr(codes), ptr(block_scales), ptr(scale), ptr(bits), ptr(dq), i32(rows),
-                           ptr(status_buffer(device))], smem=smem)
+                           ptr(status_buffer(device))], smem=smem, pdl=pdl)
         after_launch(device)
 
 

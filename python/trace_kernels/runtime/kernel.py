@@ -80,8 +80,14 @@ class CudaKernel:
                          "cuOccupancyMaxActiveBlocksPerMultiprocessor", self.name))
 
     def launch(self, device_index: int, grid: Sequence[int], block: Sequence[int], args: Sequence[Arg],
-               *, smem: int = 0, cooperative: bool = False) -> None:
-        """Launch on torch's current stream for device_index; raises CudaError on any failure."""
+               *, smem: int = 0, cooperative: bool = False, pdl: bool = False) -> None:
+        """Launch on torch's current stream for device_index; raises CudaError on any failure.
+
+        pdl: programmatic dependent launch (cuda/include/trace_kernels/pdl.cuh): the kernel may start
+        while the previous kernel on the stream still runs, so only for kernels whose code before
+        `wait_for_prerequisite_grid()` reads nothing that kernel writes."""
+        if pdl and cooperative:
+            raise ValueError(f"{self.name}: a cooperative launch cannot also be a programmatic dependent launch")
         cu = driver()
         fn = self.function(device_index)
         ensure_context(device_index)
@@ -90,9 +96,27 @@ class CudaKernel:
         params = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
         gx, gy, gz = (*grid, 1, 1)[:3]
         bx, by, bz = (*block, 1, 1)[:3]
-        if cooperative:
+        if pdl:
+            config = pdl_launch_config(cu, (gx, gy, gz), (bx, by, bz), smem, stream)
+            result = cu.cuLaunchKernelEx(config, fn, ctypes.addressof(params), 0)
+        elif cooperative:
             result = cu.cuLaunchCooperativeKernel(fn, gx, gy, gz, bx, by, bz, smem, stream,
                                                   ctypes.addressof(params))
         else:
             result = cu.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, ctypes.addressof(params), 0)
         check(result, f"launch grid={tuple(grid)} block={tuple(block)}", self.name)
+
+
+def pdl_launch_config(cu, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int, stream: int):
+    """cuLaunchKernelEx's configuration for a programmatic dependent launch on `stream` (a handle)."""
+    attribute = cu.CUlaunchAttribute()
+    attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attribute.value.programmaticStreamSerializationAllowed = 1
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = smem
+    config.hStream = cu.CUstream(stream)
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    return config

@@ -93,9 +93,10 @@ def _decode_attention_emulated(q, k_pages, v_pages, block_table, lengths):
 KERNEL_OPS = MoEOps(
     "kernels", _kernel_quantize,
     # validate=False / check_values=False: offsets, rows and slots come from the engine; reading
-    # them back would sync
-    lambda a, w, off, ri, rs: moe_gemm.moe_gate_up(a, w, off, row_index=ri, row_scale=rs, validate=False),
-    lambda a, w, routing, rs: moe_gemm.moe_down(a, w, routing, row_scale=rs, validate=False),
+    # them back would sync. pdl=True: the GEMMs follow the quantize and the gate_up (run_moe), which
+    # write neither the expert weights nor the routing offsets (moe_gemm's docstring)
+    lambda a, w, off, ri, rs: moe_gemm.moe_gate_up(a, w, off, row_index=ri, row_scale=rs, validate=False, pdl=True),
+    lambda a, w, routing, rs: moe_gemm.moe_down(a, w, routing, row_scale=rs, validate=False, pdl=True),
     _kv_append_kernel, _decode_attention_kernel)
 
 EMULATED_OPS = MoEOps(

@@ -128,6 +128,15 @@ AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": AUTO_TILE_TABLE[:-1] + ((float("inf"), WS_PREFILL_DOWN_TILE),),
     "gate_up_swiglu": AUTO_GATE_UP_TABLE,
 }
+# A down GEMM with a short K (30B: K = I = 768, 12 chunks) runs the one-warpgroup tile up to 6 rows per
+# expert: twice the CTAs, each with half the rows, hide more of every CTA's prologue and epilogue. Same-run
+# A/B of 2026-12-02 (sixth session; profiling/results/moe_down_decode_sweep_h200.json, 42 TN=8 down tilings
+# on 30B; moe_gemm_h200_down1wg.json, two rounds of the layer): 30B layer T=8 / 32 / 64 0.0606-0.0612 ->
+# 0.0597-0.0598, 0.1147-0.1150 -> 0.1118-0.1120, 0.1268-0.1270 -> 0.1241-0.1245 ms; on 235B (K=1536) the
+# same change cost 0.4-1.2% at T=32-64, so longer K keeps the two-warpgroup tile.
+DOWN_ONE_WARPGROUP_MAX_K = 1024
+DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, V1_ONE_WARPGROUP_DECODE_TILE),
+                      *AUTO_KIND_TILE_TABLES["down_routed"][3:])
 # The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
 DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "auto")
 if DEFAULT_VARIANT not in TILE_TABLES:
@@ -185,8 +194,10 @@ def launched_kind(kind: str, tile: TileConfig) -> str:
     return "gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind
 
 
-def tile_table(variant: str, kind: str | None = None) -> tuple[tuple[float, TileConfig], ...]:
-    """The (rows per expert limit, tile) table of a variant, for one GEMM kind where "auto" has its own."""
+def tile_table(variant: str, kind: str | None = None, k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
+    """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and K) where "auto" has its own."""
+    if variant in AUTO_TABLES and kind == "down_routed" and k is not None and k <= DOWN_ONE_WARPGROUP_MAX_K:
+        return DOWN_SHORT_K_TABLE  # (auto_qa: quantize_after is moot for the down GEMM)
     if variant == "auto" and kind in AUTO_KIND_TILE_TABLES:
         return AUTO_KIND_TILE_TABLES[kind]
     if variant == "auto_qa" and kind == "down_routed":
@@ -205,7 +216,7 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
     """
     name = variant or DEFAULT_VARIANT
     average = num_rows / max(num_experts, 1)
-    tile = _table_tile(tile_table(name, kind), average)
+    tile = _table_tile(tile_table(name, kind, k), average)
     if k is None:
         return tile
     return auto_fallback(tile, k, average, n) if name in AUTO_TABLES else fit_chunks(tile, k)
@@ -391,7 +402,7 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
     for name in names:
         for kind in CALL_KINDS:
             n, k = gemm_dims(shape, kind)
-            for limit, tile in tile_table(name, kind):
+            for limit, tile in tile_table(name, kind, k):
                 fitted = auto_fallback(tile, k, limit, n) if name in AUTO_TABLES else fit_chunks(tile, k)
                 spec = gemm_spec(shape, launched_kind(kind, fitted), fitted)
                 specs.setdefault(spec.name, spec)
