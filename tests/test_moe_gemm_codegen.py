@@ -215,8 +215,10 @@ def test_auto_down_gemm_has_its_own_prefill_tile():
         assert tile.quantize_after == (kind == "gate_up_swiglu")
     # a short-K down GEMM (30B: K=768) takes the one-warpgroup tile up to 6 rows per expert, 235B's does not
     for k, want in ((768, codegen.V1_ONE_WARPGROUP_DECODE_TILE), (1536, codegen.TILE_TABLE[0][1])):
-        for variant in codegen.AUTO_TABLES:
+        for variant in ("auto", "auto_qa"):
             assert codegen.tile_for_rows(decode, 128, variant, k=k, kind="down_routed", n=2048) == want
+        two_warpgroups = codegen.tile_for_rows(decode, 128, "auto_down2wg", k=k, kind="down_routed", n=2048)
+        assert two_warpgroups == codegen.TILE_TABLE[0][1]  # the A/B table without the short-K rule
     assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile
     assert codegen.tile_for_rows(prefill, 8, "auto", k=128, kind="down_routed", n=192) == codegen.TILE_TABLE[-1][1]

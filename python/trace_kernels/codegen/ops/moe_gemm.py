@@ -104,8 +104,10 @@ AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
 )
 TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized afterwards by the quantize kernel (A/B runs)
-               "auto_qa": tuple((limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE)}
-AUTO_TABLES = ("auto", "auto_qa")  # per-kind tables (AUTO_KIND_TILE_TABLES) and the ws -> v1 fallback
+               "auto_qa": tuple((limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE),
+               # "auto" without DOWN_SHORT_K_TABLE: every down GEMM keeps the two-warpgroup TN=8 tile (A/B runs)
+               "auto_down2wg": AUTO_TILE_TABLE}
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg")  # per-kind tables and the ws -> v1 fallback
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
 # same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
@@ -196,9 +198,10 @@ def launched_kind(kind: str, tile: TileConfig) -> str:
 
 def tile_table(variant: str, kind: str | None = None, k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
     """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and K) where "auto" has its own."""
-    if variant in AUTO_TABLES and kind == "down_routed" and k is not None and k <= DOWN_ONE_WARPGROUP_MAX_K:
+    short_k = k is not None and k <= DOWN_ONE_WARPGROUP_MAX_K
+    if variant in ("auto", "auto_qa") and kind == "down_routed" and short_k:
         return DOWN_SHORT_K_TABLE  # (auto_qa: quantize_after is moot for the down GEMM)
-    if variant == "auto" and kind in AUTO_KIND_TILE_TABLES:
+    if variant in ("auto", "auto_down2wg") and kind in AUTO_KIND_TILE_TABLES:
         return AUTO_KIND_TILE_TABLES[kind]
     if variant == "auto_qa" and kind == "down_routed":
         return AUTO_KIND_TILE_TABLES[kind]  # (quantize_after is moot for the down GEMM)
