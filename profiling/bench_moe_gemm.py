@@ -177,12 +177,14 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
 
             res = {"tile": dataclasses.asdict(tile), "down_tile": dataclasses.asdict(down_tile), "pdl": pdl}
             ops.FOLLOW_UP_PDL = pdl
-            if vi == 0:
-                res["nvfp4_eager_ms"] = timer(nvfp4_layer)
-            res["nvfp4_ms"] = timer(nvfp4_layer, graph=True)
-            res["nvfp4_gate_up_fused_ms"] = timer(fused_gate_up, graph=True)
-            res["nvfp4_gate_up_plain_ms"] = timer(plain_gate_up, graph=True)
-            ops.FOLLOW_UP_PDL = True
+            try:
+                if vi == 0:
+                    res["nvfp4_eager_ms"] = timer(nvfp4_layer)
+                res["nvfp4_ms"] = timer(nvfp4_layer, graph=True)
+                res["nvfp4_gate_up_fused_ms"] = timer(fused_gate_up, graph=True)
+                res["nvfp4_gate_up_plain_ms"] = timer(plain_gate_up, graph=True)
+            finally:
+                ops.FOLLOW_UP_PDL = True
             res["nvfp4_down_ms"] = res["nvfp4_ms"] - res["nvfp4_gate_up_fused_ms"]
             res["nvfp4_bandwidth_fraction"] = nbytes / bw * 1e3 / res["nvfp4_ms"]
             res["nvfp4_tflops"] = flops / (res["nvfp4_ms"] * 1e-3) / 1e12

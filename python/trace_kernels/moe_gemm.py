@@ -246,7 +246,7 @@ def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, 
 
     The tile decides where the rows of h are quantized: in the GEMM's epilogue (the last CTA of each
     token tile), or, with tile.quantize_after, by the quantize kernel launched right after a GEMM that
-    only stores h (always as a programmatic dependent launch of that GEMM). Both give
+    only stores h (a programmatic dependent launch of that GEMM, FOLLOW_UP_PDL). Both give
     nvfp4.quantize's bits of the same h. pdl: see the module docstring."""
     if not a.is_cuda:
         return moe_gemm_ref.moe_gate_up_ref(a, weights, offsets, row_index=row_index, row_scale=row_scale)
@@ -270,7 +270,8 @@ def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, 
         if kind == "gate_up_swiglu_h":
             from .ops.quantize import launch_into
             _launch_gemm(kind, a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h, pdl=pdl)
-            launch_into(h, codes, bscales, scale, bits, a_next, pdl=FOLLOW_UP_PDL)  # checks its own status (after_launch)
+            # the quantize checks its own status (after_launch)
+            launch_into(h, codes, bscales, scale, bits, a_next, pdl=FOLLOW_UP_PDL)
         else:
             _launch_gemm("gate_up_swiglu", a, weights, offsets, row_index, row_scale, m=m, tile=tile, out=h,
                          quant=(codes, bscales, scale, a_next, bits), pdl=pdl)
@@ -290,7 +291,8 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
              pdl: bool = False) -> torch.Tensor:
     """down GEMM over sorted rows a [M, I] + router weight + ordered top-k combine -> bf16 [T, H].
 
-    The combine is always a programmatic dependent launch of the GEMM; pdl: see the module docstring."""
+    The combine is a programmatic dependent launch of the GEMM (FOLLOW_UP_PDL); pdl: see the module
+    docstring."""
     if not a.is_cuda:
         return moe_gemm_ref.moe_down_ref(a, weights, routing, row_scale=row_scale)
     if routing.row_weight is None:

@@ -196,8 +196,10 @@ def launched_kind(kind: str, tile: TileConfig) -> str:
     return "gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind
 
 
-def tile_table(variant: str, kind: str | None = None, k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
-    """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and K) where "auto" has its own."""
+def tile_table(variant: str, kind: str | None = None,
+               k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
+    """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and its K) where "auto"
+    has its own."""
     short_k = k is not None and k <= DOWN_ONE_WARPGROUP_MAX_K
     if variant in ("auto", "auto_qa") and kind == "down_routed" and short_k:
         return DOWN_SHORT_K_TABLE  # (auto_qa: quantize_after is moot for the down GEMM)
