@@ -139,6 +139,27 @@ __device__ __forceinline__ void scan_expert_tiles(const int32_t* offsets, int32_
   if (tid == 31) tile_start[E] = incl;
 }
 
+// Rows n = first, first + stride, ... < TN of a token tile (its sorted rows row0 .. row0 + rows_valid - 1):
+// the source row (-1 past the expert's end), the output scale s_w[e] * 2^7 * s_a[src] (A holds the
+// weights * 2^-7, exact) and the router weight (RouterWeight; else 0). Both GEMM variants.
+template <int TN, Epilogue EPI>
+__device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expert, int row0, int rows_valid, int first,
+                                                int stride, int32_t* src_rows, float* scale_out, float* weight_out) {
+  const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;
+  for (int n = first; n < TN; n += stride) {
+    int src = -1;
+    float scale = 0.0f, weight = 0.0f;
+    if (n < rows_valid) {
+      src = p.row_index ? p.row_index[row0 + n] : row0 + n;
+      scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
+      if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
+    }
+    src_rows[n] = src;
+    scale_out[n] = scale;
+    weight_out[n] = weight;
+  }
+}
+
 // PROXY_FENCE: fence.proxy.async after each stage lands, ordering the cp.async (generic proxy) writes
 // of the activation tile before wgmma's (async proxy) reads, as the PTX memory model asks. It
 // compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S; whether that MEMBAR also waits for the ring's
@@ -236,21 +257,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     if (s < kChunks) load_weights(s, s);
   pdl::wait_for_prerequisite_grid();  // the activations, their row scales: the previous kernel's outputs
 
-  {
-    const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;  // A holds weights * 2^-7 (exact)
-    for (int n = tid; n < TN; n += kThreads) {
-      int src = -1;
-      float scale = 0.0f, weight = 0.0f;
-      if (n < rows_valid) {
-        src = p.row_index ? p.row_index[row0 + n] : row0 + n;
-        scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
-        if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
-      }
-      src_rows[n] = src;
-      token_scale[n] = scale;
-      token_weight[n] = weight;
-    }
-  }
+  load_token_rows<TN, EPI>(p, expert, row0, rows_valid, tid, kThreads, src_rows, token_scale, token_weight);
   __syncthreads();
 
   // Each thread's copy sources and destinations are the same for every K chunk but for the chunk

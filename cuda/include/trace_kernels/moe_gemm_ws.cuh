@@ -239,21 +239,8 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       const int slot = local & 1;
       ws::mbar_wait(&tok_free[slot], ((local >> 1) & 1) ^ 1);
       ws::gather_sync<kGatherers>();  // every gatherer is done with the previous item's src_rows
-      {
-        const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;  // A holds weights * 2^-7 (exact)
-        for (int n = ptid; n < TN; n += kGatherers) {
-          int src = -1;
-          float scale = 0.0f, weight = 0.0f;
-          if (n < rows_valid) {
-            src = p.row_index ? p.row_index[row0 + n] : row0 + n;
-            scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
-            if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
-          }
-          src_rows[n] = src;
-          tok[(2 * slot) * TN + n] = scale;
-          tok[(2 * slot + 1) * TN + n] = weight;
-        }
-      }
+      load_token_rows<TN, EPI>(p, expert, row0, rows_valid, ptid, kGatherers, src_rows, tok + (2 * slot) * TN,
+                               tok + (2 * slot + 1) * TN);
       ws::gather_sync<kGatherers>();
       const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG * MT) * kChunks;  // (tile, chunk 0)
       const int c = ptid & 7;  // this thread's 16-byte column piece of every activation row

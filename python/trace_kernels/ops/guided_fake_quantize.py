@@ -15,7 +15,7 @@ import torch
 from trace_kernels import nvfp4, nvtx
 from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
 from trace_kernels.ops._common import (KERNEL_DTYPES, after_launch, check_cuda_device, check_last_dim, check_rows,
-                                       check_tensor, new_output, status_buffer)
+                                       check_tensor, new_output, resident_ctas, status_buffer)
 
 GRID_LIMIT: int | None = None  # tests: cap a persistent variant's grid so each CTA takes several passes
 COUNTER_NAMES = ("elements", "changed_by_guidance", "guided_equals_rollout", "nearest_equals_rollout")
@@ -55,12 +55,6 @@ def _sm_count(device: int) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-@functools.lru_cache(maxsize=None)
-def _resident_ctas(kernel, device: int, threads: int) -> int:
-    """CTAs per SM the kernel's registers allow (v5 / v6: one full wave of the persistent grid)."""
-    return max(1, kernel.max_active_blocks_per_sm(device, threads))
-
-
 def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
     from trace_kernels.runtime import i32, kernel_for, ptr
     device = check_cuda_device(x)
@@ -76,10 +70,10 @@ def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
         grid = -(-(rows * d // launch["elements_per_unit"]) // launch["units_per_cta"])
         kernel = kernel_for(spec)
         if "ctas_per_sm" in launch:  # persistent grid-stride kernel (v3..v6): at most one wave of CTAs
-            per_sm = launch["ctas_per_sm"]
+            wave = _sm_count(device) * launch["ctas_per_sm"]
             if launch.get("fill_sms"):  # v5 / v6: as many CTAs as the kernel's registers allow
-                per_sm = _resident_ctas(kernel, device, launch["threads"])
-            grid = min(grid, GRID_LIMIT or _sm_count(device) * per_sm)
+                wave = max(1, resident_ctas(kernel, device, launch["threads"]))
+            grid = min(grid, GRID_LIMIT or wave)
         with nvtx.annotate("guided_fake_quantize"):
             kernel.launch(device, (grid,), (spec.launch["threads"],),
                           [ptr(x), ptr(row_scales), ptr(block_scales), ptr(mantissa_bits), ptr(codes), ptr(out),

@@ -138,7 +138,7 @@ AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
 # same change cost 0.4-1.2% at T=32-64, so longer K keeps the two-warpgroup tile.
 DOWN_ONE_WARPGROUP_MAX_K = 1024
 DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, V1_ONE_WARPGROUP_DECODE_TILE),
-                      *AUTO_KIND_TILE_TABLES["down_routed"][3:])
+                      *((limit, tile) for limit, tile in AUTO_KIND_TILE_TABLES["down_routed"] if limit > 6.0))
 # The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
 DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "auto")
 if DEFAULT_VARIANT not in TILE_TABLES:
