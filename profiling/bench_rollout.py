@@ -9,7 +9,9 @@ One arm = (mode, capture, graphs) at one prompt length. Each arm builds an engin
 ``kernels`` backend on an H200 with a BF16 model: packed NVFP4 experts, fused MoE GEMMs, guidance
 from the kernels' outputs), warms up (JIT builds, graph capture of the batch's bucket), then
 generates ``batch`` random prompts with ignore_eos, so every sequence decodes exactly
---output-len tokens and the batch stays full. Decode tokens/s = tokens sampled in decode steps /
+--output-len tokens and the batch stays full, --generate-reps times with fresh prompts: the arm's
+numbers are the median of the generates after the first, which is reported apart (`first_generate`:
+one-time costs of a run's first full-length batch). Decode tokens/s = tokens sampled in decode steps /
 host wall time of those steps (each step includes sampling and its one token sync; the sampler's
 own time on the arm's batch is reported as sampling_ms).
 --batch auto: the largest power of two (<= --max-batch) whose estimated memory (weights, KV pages,
@@ -114,27 +116,36 @@ def run_arm(model, args, mode: str, capture: str, graphs: bool, prompt_len: int,
     # warm-up with the same batch size: JIT builds, autotuning and the graph of this bucket
     engine.generate(prompts, SamplingParams(max_new_tokens=3, ignore_eos=True), seed=1)
     sp = SamplingParams(temperature=1.0, max_new_tokens=args.output_len, ignore_eos=True)
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    t0 = time.perf_counter()
-    out = engine.generate(prompts, sp, group_size=1, seed=args.seed)
-    wall = time.perf_counter() - t0
-    st = out.stats
+    cuda = device.type == "cuda"  # the CPU tests run an arm through the reference paths
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    # --generate-reps full-length generates, fresh prompts each: the first is reported on its own
+    # (what a run's first RL batch sees), the arm's numbers are the median of the others (every
+    # later batch of an RL loop)
+    runs = []
+    for rep in range(args.generate_reps):
+        batch_prompts = prompts if rep == 0 else random_prompts(batch, prompt_len, model.config.vocab_size,
+                                                                args.seed + 1000 * rep)
+        t0 = time.perf_counter()
+        out = engine.generate(batch_prompts, sp, group_size=1, seed=args.seed + rep)
+        wall = time.perf_counter() - t0
+        runs.append(_generate_numbers(out.stats, wall))
+        guidance = out.stats.get("guidance")
+        del out  # an RL loop drops a batch before generating the next
+    steady = runs[1:] or runs
     row = {"mode": mode, "capture": capture, "graphs": graphs, "backend": engine.backend,
            "kv_kernels": engine.kv_kernels,
            "cuda_graphs_used": engine.runner.use_graphs, "batch": batch, "prompt_len": prompt_len,
-           "output_len": args.output_len, "wall_s": wall,
-           "prefill_tokens_per_s": st["prefill_tokens"] / st["prefill_s"],
-           "decode_tokens_per_s": st["decode_tokens"] / st["decode_s"],
-           "decode_step_ms": 1e3 * st["decode_s"] / max(st["decode_steps"], 1),
-           "decode_steps": st["decode_steps"],
+           "output_len": args.output_len,
+           **{k: statistics.median(r[k] for r in steady) for k in runs[0]},
+           "generate_reps": args.generate_reps, "first_generate": runs[0], "later_generates": runs[1:],
            "kv_cache_bytes": engine.cache.nbytes(),
-           "peak_memory_bytes": torch.cuda.max_memory_allocated(device)}
-    row["sampling_ms"] = sampling_ms(batch, model.config.vocab_size, device)
-    if "guidance" in st:
-        g = st["guidance"]
-        row.update(guidance_bytes=g["guidance_bytes"], guidance_bits_per_element=g["bits_per_element"],
-                   guidance_bytes_per_token=g["bytes_per_token"])
+           "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if cuda else None}
+    row["sampling_ms"] = sampling_ms(batch, model.config.vocab_size, device) if cuda else None
+    if guidance is not None:
+        row.update(guidance_bytes=guidance["guidance_bytes"], guidance_bits_per_element=guidance["bits_per_element"],
+                   guidance_bytes_per_token=guidance["bytes_per_token"])
     if mode == "nvfp4" and capture == "off" and args.refit_iters:
         times, kernel = [], []
         for _ in range(args.refit_iters):
@@ -144,9 +155,18 @@ def run_arm(model, args, mode: str, capture: str, graphs: bool, prompt_len: int,
         row.update(refit_s_median=statistics.median(times), refit_kernel_s_median=statistics.median(kernel),
                    expert_gb=gb, refit_s_per_gb=statistics.median(times) / gb,
                    refit_kernel_s_per_gb=statistics.median(kernel) / gb)
-    del engine, out
+    del engine
     free_device_memory()
     return row
+
+
+def _generate_numbers(stats: dict, wall: float) -> dict:
+    """One generate's throughput numbers (host wall time of the call, and the engine's stats)."""
+    return {"wall_s": wall,
+            "prefill_tokens_per_s": stats["prefill_tokens"] / stats["prefill_s"],
+            "decode_tokens_per_s": stats["decode_tokens"] / stats["decode_s"],
+            "decode_step_ms": 1e3 * stats["decode_s"] / max(stats["decode_steps"], 1),
+            "decode_steps": stats["decode_steps"]}
 
 
 def sampling_ms(batch: int, vocab: int, device, reps: int = 10) -> float:
@@ -464,11 +484,12 @@ def summarize(rows: list[dict]) -> list[str]:
         if bf and fp:
             lines.append(f"prompt {p}: nvfp4 / bf16 decode tokens/s = {fp / bf:.2f}x")
         if fp and fpc:
-            # arms run one after the other, each timing its first full-length generate: on the H200 this
-            # unpaired difference (20-33% at batch 64) is far from the paired cost --capture-ab-generate
-            # measures on the same configuration (+2.8% per decode step), so it is not called the cost
+            # arms run one after the other (unpaired); --capture-ab-generate measures the capture cost paired
+            first = lambda mode, capture: by[(p, mode, capture, True)].get("first_generate", {}).get("decode_tokens_per_s")
+            f_fp, f_fpc = first("nvfp4", "off"), first("nvfp4", "compact")
             lines.append(f"prompt {p}: nvfp4 decode tokens/s with compact capture {100 * (fpc / fp - 1):+.1f}% "
-                         "(unpaired arms; the capture cost is --capture-ab-generate's)")
+                         + (f"(first generate of each arm: {100 * (f_fpc / f_fp - 1):+.1f}%) " if f_fp and f_fpc else "")
+                         + "(unpaired arms)")
         for mode in ("bf16", "nvfp4"):
             g, e = tps(mode), tps(mode, graphs=False)
             if g and e:
@@ -496,6 +517,9 @@ def main(argv=None) -> dict:
                    "nvfp4:off:graphs:nokv",
                    help="comma-separated mode:capture:graphs|eager[:nokv] (nokv: torch paged attention in nvfp4)")
     p.add_argument("--refit-iters", type=int, default=5)
+    p.add_argument("--generate-reps", type=int, default=3,
+                   help="full-length generates per arm: the first is reported apart (first_generate), the arm's "
+                        "numbers are the median of the others")
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds; skip arms once spent (0: none)")
     p.add_argument("--long-outputs", default="",
                    help="comma-separated output lengths (e.g. 32768,131072): per --long-arms arm, the decode-step "

@@ -163,6 +163,23 @@ def test_bench_capture_ab_pairs_two_engines(model):
         bench.capture_ab_generate(preset_model, args, batch=2, prompt_len=5, new_tokens=3, device=torch.device("cpu"))
 
 
+def test_bench_arm_reports_later_generates_apart_from_the_first(model):
+    """bench_rollout's arm on CPU: --generate-reps full generates; the first is reported apart, the
+    arm's numbers are the median of the later ones (the steady state of an RL loop)."""
+    import argparse
+    import statistics
+    bench = load_bench_rollout()
+    args = argparse.Namespace(block_size=4, max_batched_tokens=64, seed=0, output_len=3, generate_reps=3,
+                              refit_iters=0)
+    row = bench.run_arm(model, args, "nvfp4", "compact", False, prompt_len=5, batch=2, device=torch.device("cpu"))
+    later = row["later_generates"]
+    assert row["generate_reps"] == 3 and len(later) == 2
+    assert row["first_generate"]["decode_steps"] == later[0]["decode_steps"] == 2  # 3 new tokens: 1 from prefill
+    for key in ("decode_tokens_per_s", "wall_s", "decode_step_ms"):
+        assert row[key] == statistics.median(r[key] for r in later)
+    assert row["guidance_bytes"] > 0 and row["sampling_ms"] is None
+
+
 def test_copy_queue_paces_oldest_first():
     from trace_rl.engine.guidance_capture import CopyQueue
     q = CopyQueue()
