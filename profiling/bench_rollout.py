@@ -127,10 +127,14 @@ def run_arm(model, args, mode: str, capture: str, graphs: bool, prompt_len: int,
     for rep in range(args.generate_reps):
         batch_prompts = prompts if rep == 0 else random_prompts(batch, prompt_len, model.config.vocab_size,
                                                                 args.seed + 1000 * rep)
+        segments, gc_timer = _segments_allocated(device), _GcTimer()
+        gc.callbacks.append(gc_timer)
         t0 = time.perf_counter()
         out = engine.generate(batch_prompts, sp, group_size=1, seed=args.seed + rep)
         wall = time.perf_counter() - t0
-        runs.append(_generate_numbers(out.stats, wall))
+        gc.callbacks.remove(gc_timer)
+        runs.append(_generate_numbers(out.stats, wall) | {"new_cuda_segments": _segments_allocated(device) - segments,
+                                                          "python_gc_s": gc_timer.seconds})
         guidance = out.stats.get("guidance")
         del out  # an RL loop drops a batch before generating the next
     steady = runs[1:] or runs
@@ -161,12 +165,35 @@ def run_arm(model, args, mode: str, capture: str, graphs: bool, prompt_len: int,
 
 
 def _generate_numbers(stats: dict, wall: float) -> dict:
-    """One generate's throughput numbers (host wall time of the call, and the engine's stats)."""
+    """One generate's throughput numbers (host wall time of the call, and the engine's stats; the
+    decode steps' median and slowest host time show whether a slow generate is slow at every step)."""
+    steps_ms = sorted(1e3 * t for t in stats["decode_step_s"]) or [float("nan")]
     return {"wall_s": wall,
             "prefill_tokens_per_s": stats["prefill_tokens"] / stats["prefill_s"],
             "decode_tokens_per_s": stats["decode_tokens"] / stats["decode_s"],
             "decode_step_ms": 1e3 * stats["decode_s"] / max(stats["decode_steps"], 1),
+            "decode_step_ms_median": statistics.median(steps_ms), "decode_step_ms_max": steps_ms[-1],
+            "capture_host_s": stats.get("capture_host_s", 0.0),
             "decode_steps": stats["decode_steps"]}
+
+
+class _GcTimer:
+    """A gc.callbacks entry that adds up the seconds Python's garbage collector runs."""
+
+    def __init__(self):
+        self.seconds, self._start = 0.0, None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.seconds += time.perf_counter() - self._start
+            self._start = None
+
+
+def _segments_allocated(device) -> int:
+    """cudaMalloc calls of torch's caching allocator so far (0 off CUDA)."""
+    return torch.cuda.memory_stats(device).get("segment.all.allocated", 0) if device.type == "cuda" else 0
 
 
 def sampling_ms(batch: int, vocab: int, device, reps: int = 10) -> float:

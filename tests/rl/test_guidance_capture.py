@@ -44,6 +44,29 @@ def test_pool_reserve_and_limit():
         pool.take(1000)
 
 
+def test_pool_reserve_covers_the_tails_large_takes_leave():
+    """reserve(n, largest_take) keeps its promise when takes do not pack a slab: 2 takes of 400 ALIGN
+    units fill a 1024-unit slab only to 800, so 5 of them (2000 units) need 3 slabs where n alone
+    asks for 2. (The rollout engine's prefill arenas are such takes: at 16K tokens a step, 118 MB
+    each in 256 MB slabs.)"""
+    slab, take = 1024 * ALIGN, 400 * ALIGN
+    naive = PinnedSlabPool(slab_bytes=slab, pin_memory=False)
+    naive.reserve(5 * take)  # small takes assumed
+    assert len(naive.slabs) == 2
+    for _ in range(5):
+        naive.take(take)
+    assert len(naive.slabs) == 3, "the tails left a take without room: a slab allocated mid-batch"
+    pool = PinnedSlabPool(slab_bytes=slab, pin_memory=False)
+    pool.reserve(5 * take, largest_take=take)
+    reserved = len(pool.slabs)
+    for _ in range(5):
+        pool.take(take)
+    assert len(pool.slabs) == reserved >= 3, "a reserved batch must not allocate"
+    capped = PinnedSlabPool(slab_bytes=slab, limit_bytes=2 * slab, pin_memory=False)
+    capped.reserve(5 * take, largest_take=take)  # stops at the limit instead of raising
+    assert len(capped.slabs) == 2
+
+
 @pytest.fixture(scope="module")
 def model():
     return MoEForCausalLM(load_preset("tiny-kernels")).init_weights(seed=0).to(torch.bfloat16)

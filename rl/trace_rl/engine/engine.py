@@ -280,7 +280,10 @@ class RolloutEngine:
         that no generate call pays for it inside its decode loop. A no-op without kernel capture."""
         if self.guidance_capture is not None:
             self._check_guidance_budget(tokens)
-            self.guidance_capture.reserve(tokens)
+            cfg = self.config
+            # a prefill step packs prompts up to max_num_batched_tokens, or takes one longer prompt alone
+            largest_step = max(cfg.max_num_batched_tokens, self.max_model_len, cfg.max_num_seqs)
+            self.guidance_capture.reserve(tokens, largest_step)
 
     def _check_guidance_budget(self, tokens: int) -> None:
         need = self.guidance_bytes_for(tokens)

@@ -69,10 +69,23 @@ class PinnedSlabPool:
     def used_bytes(self) -> int:
         return sum(s.numel() for s in self.slabs[:self._slab]) + self._offset
 
-    def reserve(self, nbytes: int) -> None:
-        """Page-lock slabs up front so that the next ``nbytes`` of ``take`` allocate nothing."""
-        while self.pinned_bytes - self.used_bytes < nbytes:
-            self._new_slab(self.slab_bytes)
+    def reserve(self, nbytes: int, largest_take: int = ALIGN) -> None:
+        """Page-lock slabs up front so that the next ``nbytes`` of ``take`` calls, none larger than
+        ``largest_take``, allocate nothing. A take that does not fit the rest of a slab moves on to
+        the next one, so each slab may leave up to ``largest_take`` - ALIGN bytes unused."""
+        largest = -(-max(largest_take, ALIGN) // ALIGN) * ALIGN
+        slab = max(self.slab_bytes, largest)
+        while self._usable_bytes(largest - ALIGN) < nbytes:
+            if self.limit_bytes is not None and self.pinned_bytes + slab > self.limit_bytes:
+                return  # the worst case passes the limit: takes allocate the rest, or raise, as without reserve
+            self._new_slab(slab)
+
+    def _usable_bytes(self, tail_waste: int) -> int:
+        """Bytes the takes still get from the slabs without a new one, in the worst case."""
+        free = [s.numel() for s in self.slabs[self._slab:]]
+        if free:
+            free[0] -= self._offset
+        return sum(max(0, f - tail_waste) for f in free)
 
     def take(self, nbytes: int) -> Tensor:
         size = -(-nbytes // ALIGN) * ALIGN
@@ -149,10 +162,12 @@ class AsyncGuidanceCapture:
     def mode(self) -> str:
         return self.layout.mode
 
-    def reserve(self, tokens: int) -> None:
-        """Page-lock host memory for ``tokens`` rows of guidance now, outside the decode loop."""
+    def reserve(self, tokens: int, largest_step_tokens: int) -> None:
+        """Page-lock host memory for ``tokens`` rows of guidance now, outside the decode loop; no step
+        forwards more than ``largest_step_tokens`` tokens (one arena, one take of the pool)."""
         if self.pool is not None:
-            self.pool.reserve(tokens * self.layout.bytes_per_token)
+            bpt = self.layout.bytes_per_token
+            self.pool.reserve(tokens * bpt, largest_take=largest_step_tokens * bpt)
 
     def enqueue(self, arena: Tensor, seq_ids: Tensor, positions: Tensor, reused: bool) -> None:
         """arena [B, bytes] on the device (B = the step's real tokens); seq_ids, positions int64 [B]
