@@ -106,11 +106,13 @@ def test_packed_words_decode_to_the_wgmma_fragments():
 
 
 def _kernel_registers(q: torch.Tensor) -> torch.Tensor:
-    """moe_dequant.cuh's rotate + LOP3 on int64 words [...] -> registers [..., 4] (vectorized)."""
+    """moe_dequant.cuh's shifts + LOP3 on int64 words [...] -> registers [..., 4] (vectorized)."""
     regs = []
-    for s, x in zip(Enc.ROTATIONS, Enc.XOR_SELF):
-        rot = ((q << s) | (q >> (32 - s))) & 0xFFFFFFFF
-        regs.append(((rot ^ q) if x else rot) & Enc.FIELD_MASK)
+    for terms in Enc.REGISTER_TERMS:
+        r = torch.zeros_like(q)
+        for term in terms:
+            r ^= Enc.apply_term(q, term)
+        regs.append(r & Enc.FIELD_MASK)
     return torch.stack(regs, dim=-1)
 
 
@@ -142,22 +144,35 @@ def test_kernel_dequant_arithmetic_is_exact():
 
 
 def test_no_four_rotations_of_the_field_mask_tile_a_word():
-    """Why two registers also XOR the unrotated word (moe_encoding): a plain rotate + mask per register
-    would need four rotations of FIELD_MASK's bits that cover all 32 bits, and none exist."""
+    """Why registers XOR two shifted words (moe_encoding): a plain rotate + mask per register would
+    need four rotations of FIELD_MASK's bits that cover all 32 bits, and none exist."""
     bits = [b for b in range(32) if Enc.FIELD_MASK >> b & 1]
     rotated = [frozenset((b + s) % 32 for b in bits) for s in range(32)]
     for combo in itertools.combinations(range(32), 4):
         assert len(frozenset().union(*(rotated[s] for s in combo))) < 32
 
 
+def test_register_terms_are_an_invertible_map_with_two_rotations():
+    """The encoding is a bijection (decode(encode(w)) == w for random words), and of its four distinct
+    shifts only two are rotations (the ALU-only funnel shifts)."""
+    words = torch.randint(0, 256, (4096, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(Enc.decode_code_words(Enc.encode_code_words(words)), words)
+    shifts = {term for terms in Enc.REGISTER_TERMS for term in terms if term[0] != "id"}
+    assert len(shifts) == 4 and sum(term[0] == "rotl" for term in shifts) == 2
+
+
 def test_device_dequant_constants_match_the_encoding():
     header = (paths.include_dir() / "trace_kernels" / "moe_dequant.cuh").read_text()
-    rotations = re.search(r"kRot0 = (\d+), kRot1 = (\d+), kRot2 = (\d+), kRot3 = (\d+);", header).groups()
-    assert tuple(int(r) for r in rotations) == Enc.ROTATIONS
+    consts = dict(re.findall(r"(k(?:Rot|Shl)\w+) = (\d+)", header))
+    assert {k: int(v) for k, v in consts.items()} == {"kRotA1": 12, "kRotA23": 8, "kShlA2": 2, "kShlA3": 6}
+    assert Enc.REGISTER_TERMS == ((("id",),), (("rotl", 12),), (("rotl", 8), ("shl", 2)), (("rotl", 8), ("shl", 6)))
+    for formula in ("as_bf162(q & kFieldMask)", "as_bf162(rotl(q, kRotA1) & kFieldMask)",
+                    "as_bf162((r8 ^ (q << kShlA2)) & kFieldMask)", "as_bf162((r8 ^ (q << kShlA3)) & kFieldMask)",
+                    "const uint32_t r8 = rotl(q, kRotA23);"):
+        assert formula in header, formula
     assert f"kFieldMask = 0x{Enc.FIELD_MASK:08X}u" in header
     assert f"kScaleBias = 0x{Enc.SCALE_BIAS:04X}{Enc.SCALE_BIAS:04X}u" in header
     assert f"kWeightScaleFold = {Enc.WEIGHT_SCALE_FOLD:.1f}f" in header
-    assert "(q ^ rotl(q, kRot2))" in header and "(q ^ rotl(q, kRot3))" in header and Enc.XOR_SELF == (False, False, True, True)
 
 
 def test_quantize_weights_is_per_expert_tensor_scale():

@@ -5,15 +5,19 @@ BF16 A registers = value(code) * block scale. In the packed layout (moe_layout.p
 step is a 32-bit "fragment word": byte i holds the two codes of A register a_i (low nibble = low
 half). Stored as is, turning a byte into a BF16 pair costs a table lookup (shared memory) or ~4
 ALU operations. So the packed codes are not the fragment words but an encoded word q from which each
-register comes out with one rotate and one LOP3:
+register comes out with at most one shift of its own and one LOP3:
 
-    a0 = rotl(q, 4) & M     a1 = rotl(q, 8) & M     a2 = (q ^ rotl(q, 10)) & M     a3 = (q ^ rotl(q, 14)) & M
+    a0 = q & M     a1 = rotl(q, 12) & M     a2 = (rotl(q, 8) ^ (q << 2)) & M     a3 = (rotl(q, 8) ^ (q << 6)) & M
 
 with M = 0x81C081C0: each 16-bit half then holds code (s e1 e0 m) at bits 15, 8, 7, 6, which as a
-BF16 is exactly value(code) * 2^-126 (code 0.5 becomes the subnormal 2^-127). q -> (a0..a3) is an
-invertible GF(2)-linear map (no four rotations of M's pattern tile 32 bits, hence the XORs); the
-torch packer applies its inverse through two 65536-entry tables, the moe_pack kernel through four
-256-entry byte tables built from encode_columns().
+BF16 is exactly value(code) * 2^-126 (code 0.5 becomes the subnormal 2^-127). Four shifts per word:
+the two rotations are funnel shifts on the ALU pipe, and ptxas may turn the two plain left shifts
+into IMAD.SHL on the FMA pipe, so the ALU pipe sees 2 shifts + 4 LOP3 per word instead of the 4 + 4
+of the earlier all-rotation encoding (rotations 4, 8, 10, 14). No encoding with fewer than four
+distinct shifts exists, and none with one rotation or right shift and three left shifts (searched
+over GF(2): every choice of register terms tested for invertibility). q -> (a0..a3) is an
+invertible GF(2)-linear map; the torch packer applies its inverse through two 65536-entry tables,
+the moe_pack and refit_packed kernels through four 256-entry byte tables built from encode_columns().
 
 Block scales are re-encoded as c = bits 14..7 of fp16(b * 2^7): an unsigned 5-bit-exponent,
 3-bit-mantissa byte in which every E4M3 value, subnormals included, is a normal number (0 stays 0).
@@ -29,23 +33,37 @@ import functools
 
 import torch
 
-ROTATIONS = (4, 8, 10, 14)  # rotl amount of a0..a3 (moe_dequant.cuh kRot0..kRot3)
-XOR_SELF = (False, False, True, True)  # a2, a3 also XOR the unrotated word
+# a0..a3 = XOR of these terms of q, masked (moe_dequant.cuh dequant_step): ("id",), ("rotl", s), ("shl", s)
+REGISTER_TERMS = ((("id",),), (("rotl", 12),), (("rotl", 8), ("shl", 2)), (("rotl", 8), ("shl", 6)))
 FIELD_MASK = 0x81C081C0  # per BF16 half: sign (15), exponent bits 8..7, top mantissa bit 6
 SCALE_BIAS = 0x7000  # BF16 of scale byte c = (c << 4) + SCALE_BIAS = b * 2^119
 WEIGHT_SCALE_FOLD = 128.0  # a_i * scale = value * b / WEIGHT_SCALE_FOLD
 
-__all__ = ["FIELD_MASK", "ROTATIONS", "SCALE_BIAS", "WEIGHT_SCALE_FOLD", "decode_code_words", "decode_scales",
-           "encode_code_words", "encode_columns", "encode_scales", "kernel_registers", "kernel_scale_bf16"]
+__all__ = ["FIELD_MASK", "REGISTER_TERMS", "SCALE_BIAS", "WEIGHT_SCALE_FOLD", "decode_code_words", "decode_scales",
+           "encode_code_words", "encode_columns", "encode_scales", "kernel_registers", "kernel_scale_bf16", "apply_term"]
 
 
-def _rotl(x: int, s: int) -> int:
-    return ((x << s) | (x >> (32 - s))) & 0xFFFFFFFF
+def apply_term(q, term):
+    """One REGISTER_TERMS term of q: python ints or int64 tensors holding 32-bit words."""
+    if term[0] == "id":
+        return q
+    s = term[1]
+    if term[0] == "shl":
+        return (q << s) & 0xFFFFFFFF
+    if term[0] == "rotl":
+        return ((q << s) | (q >> (32 - s))) & 0xFFFFFFFF
+    raise ValueError(f"unknown term {term!r}")
 
 
 def kernel_registers(q: int) -> tuple[int, int, int, int]:
     """The four BF16x2 A registers the kernel forms from encoded word q (python ints)."""
-    return tuple((_rotl(q, s) ^ (q if x else 0)) & FIELD_MASK for s, x in zip(ROTATIONS, XOR_SELF))
+    regs = []
+    for terms in REGISTER_TERMS:
+        r = 0
+        for term in terms:
+            r ^= apply_term(q, term)
+        regs.append(r & FIELD_MASK)
+    return tuple(regs)
 
 
 def _nibble_of_half(half: int) -> int:
