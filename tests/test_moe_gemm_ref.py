@@ -107,13 +107,7 @@ def test_packed_words_decode_to_the_wgmma_fragments():
 
 def _kernel_registers(q: torch.Tensor) -> torch.Tensor:
     """moe_dequant.cuh's shifts + LOP3 on int64 words [...] -> registers [..., 4] (vectorized)."""
-    regs = []
-    for terms in Enc.REGISTER_TERMS:
-        r = torch.zeros_like(q)
-        for term in terms:
-            r ^= Enc.apply_term(q, term)
-        regs.append(r & Enc.FIELD_MASK)
-    return torch.stack(regs, dim=-1)
+    return torch.stack(Enc.kernel_registers(q), dim=-1)
 
 
 def _bf16_halves(bits: torch.Tensor) -> torch.Tensor:

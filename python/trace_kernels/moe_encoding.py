@@ -39,8 +39,9 @@ FIELD_MASK = 0x81C081C0  # per BF16 half: sign (15), exponent bits 8..7, top man
 SCALE_BIAS = 0x7000  # BF16 of scale byte c = (c << 4) + SCALE_BIAS = b * 2^119
 WEIGHT_SCALE_FOLD = 128.0  # a_i * scale = value * b / WEIGHT_SCALE_FOLD
 
-__all__ = ["FIELD_MASK", "REGISTER_TERMS", "SCALE_BIAS", "WEIGHT_SCALE_FOLD", "decode_code_words", "decode_scales",
-           "encode_code_words", "encode_columns", "encode_scales", "kernel_registers", "kernel_scale_bf16", "apply_term"]
+__all__ = ["FIELD_MASK", "REGISTER_TERMS", "SCALE_BIAS", "WEIGHT_SCALE_FOLD", "apply_term", "decode_code_words",
+           "decode_scales", "encode_code_words", "encode_columns", "encode_scales", "kernel_registers",
+           "kernel_scale_bf16"]
 
 
 def apply_term(q, term):
@@ -55,8 +56,9 @@ def apply_term(q, term):
     raise ValueError(f"unknown term {term!r}")
 
 
-def kernel_registers(q: int) -> tuple[int, int, int, int]:
-    """The four BF16x2 A registers the kernel forms from encoded word q (python ints)."""
+def kernel_registers(q):
+    """The four BF16x2 A registers the kernel forms from encoded word q (a python int, or an int64
+    tensor of words: then four tensors)."""
     regs = []
     for terms in REGISTER_TERMS:
         r = 0

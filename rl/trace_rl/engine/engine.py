@@ -280,9 +280,9 @@ class RolloutEngine:
         that no generate call pays for it inside its decode loop. A no-op without kernel capture."""
         if self.guidance_capture is not None:
             self._check_guidance_budget(tokens)
-            cfg = self.config
-            # a prefill step packs prompts up to max_num_batched_tokens, or takes one longer prompt alone
-            largest_step = max(cfg.max_num_batched_tokens, self.max_model_len, cfg.max_num_seqs)
+            # a prefill step packs prompts up to max_num_batched_tokens (a longer prompt goes alone, and
+            # its arena may still page-lock a slab of its own), a decode step forwards max_num_seqs
+            largest_step = max(self.config.max_num_batched_tokens, self.config.max_num_seqs)
             self.guidance_capture.reserve(tokens, largest_step)
 
     def _check_guidance_budget(self, tokens: int) -> None:

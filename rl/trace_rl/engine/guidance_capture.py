@@ -72,9 +72,10 @@ class PinnedSlabPool:
     def reserve(self, nbytes: int, largest_take: int = ALIGN) -> None:
         """Page-lock slabs up front so that the next ``nbytes`` of ``take`` calls, none larger than
         ``largest_take``, allocate nothing. A take that does not fit the rest of a slab moves on to
-        the next one, so each slab may leave up to ``largest_take`` - ALIGN bytes unused."""
+        the next one, so each slab may leave up to ``largest_take`` - ALIGN bytes unused; new slabs
+        hold at least two such takes, so at most half of one is lost that way."""
         largest = -(-max(largest_take, ALIGN) // ALIGN) * ALIGN
-        slab = max(self.slab_bytes, largest)
+        slab = max(self.slab_bytes, 2 * largest)
         while self._usable_bytes(largest - ALIGN) < nbytes:
             if self.limit_bytes is not None and self.pinned_bytes + slab > self.limit_bytes:
                 return  # the worst case passes the limit: takes allocate the rest, or raise, as without reserve
