@@ -67,6 +67,19 @@ def test_pool_reserve_covers_the_tails_large_takes_leave():
     assert len(capped.slabs) == 2
 
 
+def test_pool_reserve_for_takes_as_large_as_a_slab_stays_bounded():
+    """Takes as large as a slab: new slabs hold two of them, so reserve pins at most ~2x what the
+    takes use (a slab-sized bound would leave ALIGN usable bytes per slab and pin without end)."""
+    slab = 1024 * ALIGN
+    pool = PinnedSlabPool(slab_bytes=slab, pin_memory=False)
+    pool.reserve(4 * slab, largest_take=slab)
+    assert 4 * slab <= pool.pinned_bytes <= 8 * slab
+    reserved = len(pool.slabs)
+    for _ in range(4):
+        pool.take(slab)
+    assert len(pool.slabs) == reserved
+
+
 @pytest.fixture(scope="module")
 def model():
     return MoEForCausalLM(load_preset("tiny-kernels")).init_weights(seed=0).to(torch.bfloat16)
