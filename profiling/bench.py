@@ -103,7 +103,8 @@ def run_attention(cfg: dict, bw: float, l2: int) -> dict:
     for batch, length in cfg["attention_cases"]:
         row = {"batch": batch, "length": length}
         for name, timed in (("nvfp4", lambda: bat.bench_paged("nvfp4", batch, length, l2,
-                                                             variant=attention.DEFAULT_NVFP4_VARIANT)),
+                                                             variant=attention.default_variant(
+                                                                 "nvfp4", bat.HQ, bat.HKV, bat.D, bat.P))),
                             ("bf16", lambda: bat.bench_paged("bf16", batch, length, l2,
                                                             variant=attention.DEFAULT_BF16_VARIANT)),
                             ("sdpa_bf16", lambda: bat.bench_sdpa(batch, length, l2))):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trace_kernels import attention, kv_cache, kv_testing, nvfp4
+from trace_kernels import attention, kv_cache, kv_codes, kv_testing, nvfp4
 from trace_kernels.kv_append import kv_append
 
 
@@ -21,7 +21,8 @@ def test_append_bit_exact_and_guidance(head_dim, page_size):
     for x, pages, guide in ((k, case.k_cache, g.k), (v, case.v_cache, g.v)):
         q = nvfp4.quantize(x, scale="row")
         flat = lambda t: t.flatten(0, 1)[case.slot_mapping]  # noqa: E731
-        assert torch.equal(flat(pages.codes), q.codes)
+        assert torch.equal(kv_codes.decode_codes(flat(pages.codes)), q.codes)
+        assert torch.equal(flat(pages.codes), kv_codes.encode_codes(q.codes))  # the cache layout
         assert torch.equal(_bytes(flat(pages.block_scales)), _bytes(q.block_scales))
         assert torch.equal(flat(pages.scale).view(torch.int32), q.scale.view(torch.int32))
         ref = nvfp4.make_guidance(q)

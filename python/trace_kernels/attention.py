@@ -122,9 +122,25 @@ MAX_SPLITS = 256
 # "mma2" / "mma3" (NVFP4: tokens as MMA rows); docs/kv_cache.md. bf16: mma, 1.6-2x simt on the H200;
 # nvfp4: mma2 with 2 warps and 2 stages ("mma2_w2s2"): in the same-run occupancy sweep of 2026-11-29
 # (profiling/run_gpu_checks_attention_sweep.sh) 1.15-1.18x the first mma2 config (2 warps, 3 stages)
-# and within 3% of the best at every case; mma2 was 1.6-1.9x mma. Every GPU test passed.
-DEFAULT_NVFP4_VARIANT = "mma2_w2s2"
+# and within 3% of the best at every case; mma2 was 1.6-1.9x mma. Every GPU test passed. Since the
+# kv_codes layout (2026-12-02): mma4, 5-11% faster than mma2_w2s2 at L >= 32K in two same-run A/Bs
+# (profiling/results/attention_kv_codes_h200.json); mma2_w2s2 takes the shapes mma4 does not.
+DEFAULT_NVFP4_VARIANT = "mma4"
+NVFP4_FALLBACK_VARIANT = "mma2_w2s2"
 DEFAULT_BF16_VARIANT = "mma"
+
+
+def default_variant(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int) -> str:
+    """The kernel a decode launches without variant=: DEFAULT_NVFP4_VARIANT where it takes the shape
+    (page sizes, kv heads per CTA), else NVFP4_FALLBACK_VARIANT; DEFAULT_BF16_VARIANT for BF16 pages."""
+    from trace_kernels.codegen.ops import decode_attention as codegen
+    if cache_format != "nvfp4":
+        return DEFAULT_BF16_VARIANT
+    try:
+        codegen.tiling("nvfp4", q_heads, kv_heads, head_dim, page_size, DEFAULT_NVFP4_VARIANT)
+    except ValueError:
+        return NVFP4_FALLBACK_VARIANT
+    return DEFAULT_NVFP4_VARIANT
 
 
 @functools.lru_cache(maxsize=1024)
@@ -184,7 +200,7 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
         return out
     fmt = "nvfp4" if geom.nvfp4 else "bf16"
     if variant is None:
-        variant = DEFAULT_NVFP4_VARIANT if geom.nvfp4 else DEFAULT_BF16_VARIANT
+        variant = default_variant(fmt, hq, geom.kv_heads, d, geom.page_size)
     spec = codegen.spec(fmt, hq, geom.kv_heads, d, geom.page_size, variant)
     ctas_per_split = spec.launch["ctas_per_split"]  # kv heads x head groups, or head groups (mma4: whole pages)
     kernel = kernel_for(spec)
@@ -254,8 +270,7 @@ def decode_attention(q: torch.Tensor, k_cache, v_cache, block_table: torch.Tenso
     CUDA graphs. num_splits overrides the split-KV plan (tests); by default it is chosen from the
     shapes (never from lengths, so a graph stays valid). variant picks the kernel ("simt", "mma", or
     "mma2" / "mma3" for NVFP4 pages, or one of their occupancy configurations such as "mma2_w1s2" (warps per
-    CTA, pipeline stages; codegen.ops.decode_attention.mma2_config); defaults DEFAULT_NVFP4_VARIANT /
-    DEFAULT_BF16_VARIANT).
+    CTA, pipeline stages; codegen.ops.decode_attention.mma2_config) or "mma4"; default: default_variant()).
     """
     geom = validate(q, k_cache, v_cache, block_table, lengths, check_values=check_values)
     if q.dtype != torch.bfloat16:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trace_kernels import kv_cache, nvfp4, nvtx
+from trace_kernels import kv_cache, kv_codes, nvfp4, nvtx
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool 
     for x, pages in ((k, k_cache), (v, v_cache)):
         if kv_cache.is_nvfp4(pages):
             q = nvfp4.quantize(x, scale="row")  # codes [T, Hkv, D/2], block_scales [T, Hkv, D/16], scale [T, Hkv]
-            _flat(pages.codes).index_copy_(0, slot_mapping, q.codes)
+            _flat(pages.codes).index_copy_(0, slot_mapping, kv_codes.encode_codes(q.codes))
             # index_copy_ has no float8 kernel everywhere: copy the bytes
             _flat(pages.block_scales).view(torch.uint8).index_copy_(0, slot_mapping, q.block_scales.view(torch.uint8))
             _flat(pages.scale).index_copy_(0, slot_mapping, q.scale)

@@ -3,16 +3,17 @@
 Per layer, K and V each live in pages of P tokens; a token of a sequence sits at slot
 ``block_table[b, t // P] * P + t % P`` (flat slot = page * P + offset):
 
-  NVFP4  codes         uint8          [pages, P, Hkv, D/2]   two E2M1 codes per byte (low nibble first)
+  NVFP4  codes         uint8          [pages, P, Hkv, D/2]   E2M1 codes in 32-bit words of 8 (kv_codes)
          block_scales  float8_e4m3fn  [pages, P, Hkv, D/16]
          scale         float32        [pages, P, Hkv]        one per (token, kv head): batch-invariant
   BF16   data          bfloat16       [pages, P, Hkv, D]
   block_table int32 [B, max_pages]; lengths int32 [B]; slot_mapping int64 [T] for appends.
 
-Each (token, kv head) row of D elements is quantized exactly as ``nvfp4.quantize(x, scale="row")``,
-so the bytes are those of trace_kernels.nvfp4. Functions take any object with these attributes
-(``codes/block_scales/scale`` or ``data``), so trace_rl's engine pages (trace_rl.engine.kv_cache)
-plug in as they are.
+Each (token, kv head) row of D elements is quantized exactly as ``nvfp4.quantize(x, scale="row")``:
+the scales are its bytes, the codes its codes in the layout decode attention reads fastest
+(``kv_codes.encode_codes``; ``kv_codes.decode_codes`` gives nvfp4's nibbles back). Functions take any
+object with these attributes (``codes/block_scales/scale`` or ``data``), so trace_rl's engine pages
+(trace_rl.engine.kv_cache) plug in as they are.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trace_kernels import nvfp4
+from trace_kernels import kv_codes, nvfp4
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,8 @@ def gather_slots(pages, slots: torch.Tensor, dtype=torch.float32) -> torch.Tenso
     """
     slots = slots.long()
     if is_nvfp4(pages):
-        q = nvfp4.NVFP4Tensor(codes=_flat(pages.codes)[slots], block_scales=_flat(pages.block_scales)[slots],
-                              scale=_flat(pages.scale)[slots])
+        q = nvfp4.NVFP4Tensor(codes=kv_codes.decode_codes(_flat(pages.codes)[slots]),
+                              block_scales=_flat(pages.block_scales)[slots], scale=_flat(pages.scale)[slots])
         return nvfp4.dequantize(q, dtype=torch.float32).to(dtype)
     return _flat(pages.data)[slots].to(dtype)
 

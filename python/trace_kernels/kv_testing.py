@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trace_kernels import kv_cache
+from trace_kernels import kv_cache, kv_codes
 
 UNUSED_PAGE = 2**30  # block-table filler beyond a sequence's pages: never a valid page
 
@@ -100,7 +100,7 @@ def naive_attention_fp64(case: PagedCase, softmax_scale: float | None = None) ->
         def read(pages):
             if not kv_cache.is_nvfp4(pages):
                 return pages.data.flatten(0, 1)[slots].double()  # [n, Hkv, D]
-            codes = nvfp4.unpack_codes(pages.codes.flatten(0, 1)[slots])  # [n, Hkv, D]
+            codes = nvfp4.unpack_codes(kv_codes.decode_codes(pages.codes.flatten(0, 1)[slots]))  # [n, Hkv, D]
             values = e2m1[codes.long()]
             block = pages.block_scales.flatten(0, 1)[slots].to(torch.float64)  # [n, Hkv, D/16]
             row = pages.scale.flatten(0, 1)[slots].double()  # [n, Hkv]

@@ -33,6 +33,8 @@ import functools
 
 import torch
 
+from trace_kernels import gf2_words
+
 # a0..a3 = XOR of these terms of q, masked (moe_dequant.cuh dequant_step): ("id",), ("rotl", s), ("shl", s)
 REGISTER_TERMS = ((("id",),), (("rotl", 12),), (("rotl", 8), ("shl", 2)), (("rotl", 8), ("shl", 6)))
 FIELD_MASK = 0x81C081C0  # per BF16 half: sign (15), exponent bits 8..7, top mantissa bit 6
@@ -80,24 +82,11 @@ def _fragment_word(registers: tuple[int, ...]) -> int:
     return word
 
 
-def _invert(columns: list[int]) -> list[int]:
-    """Columns of the inverse of the GF(2) 32x32 matrix whose column b is columns[b]."""
-    rows = [(sum(((columns[b] >> r) & 1) << b for b in range(32)), 1 << r) for r in range(32)]
-    for bit in range(32):  # Gauss-Jordan on [A | I], rows as (A row, I row) bit masks
-        pivot = next(i for i in range(bit, 32) if rows[i][0] >> bit & 1)
-        rows[bit], rows[pivot] = rows[pivot], rows[bit]
-        for i in range(32):
-            if i != bit and rows[i][0] >> bit & 1:
-                rows[i] = (rows[i][0] ^ rows[bit][0], rows[i][1] ^ rows[bit][1])
-    inverse_rows = [r[1] for r in rows]  # row i of A^-1
-    return [sum(((inverse_rows[i] >> b) & 1) << i for i in range(32)) for b in range(32)]
-
-
 @functools.cache
 def _columns() -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(decode, encode) columns: fragment word = XOR of decode[b] over set bits b of q, and back."""
-    decode = [_fragment_word(kernel_registers(1 << b)) for b in range(32)]
-    return tuple(decode), tuple(_invert(decode))
+    decode = tuple(_fragment_word(kernel_registers(1 << b)) for b in range(32))
+    return decode, gf2_words.invert(decode)
 
 
 def encode_columns() -> tuple[int, ...]:
@@ -105,41 +94,14 @@ def encode_columns() -> tuple[int, ...]:
     return _columns()[1]
 
 
-def _half_tables(columns: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """int32 [65536] x 2: the linear map's image of every low / high 16-bit half."""
-    v = torch.arange(65536, dtype=torch.int64)
-    tables = []
-    for base in (0, 16):
-        acc = torch.zeros(65536, dtype=torch.int64)
-        for b in range(16):
-            acc ^= ((v >> b) & 1) * columns[base + b]
-        tables.append(torch.where(acc >= 2**31, acc - 2**32, acc).to(torch.int32).to(device))
-    return tables[0], tables[1]
-
-
-@functools.cache
-def _tables(which: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    return _half_tables(_columns()[which], device)
-
-
-def _apply(words: torch.Tensor, which: int) -> torch.Tensor:
-    """uint8 [..., 4] little-endian words -> uint8 [..., 4] images under the linear map."""
-    if words.shape[-1] != 4 or words.dtype != torch.uint8:
-        raise ValueError(f"expected uint8 [..., 4] words, got {words.dtype} {tuple(words.shape)}")
-    halves = words.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF  # [..., 2]
-    lo_table, hi_table = _tables(which, words.device)
-    out = lo_table.index_select(0, halves[..., 0].reshape(-1)) ^ hi_table.index_select(0, halves[..., 1].reshape(-1))
-    return out.view(torch.uint8).view(words.shape)
-
-
 def encode_code_words(fragment_words: torch.Tensor) -> torch.Tensor:
     """uint8 [..., 4] fragment words (byte i = codes of A register a_i) -> encoded words."""
-    return _apply(fragment_words, 1)
+    return gf2_words.apply(fragment_words, _columns()[1])
 
 
 def decode_code_words(encoded: torch.Tensor) -> torch.Tensor:
     """Inverse of encode_code_words (what the kernel's rotate + LOP3 forms, as fragment words)."""
-    return _apply(encoded, 0)
+    return gf2_words.apply(encoded, _columns()[0])
 
 
 def encode_scales(block_scales: torch.Tensor) -> torch.Tensor:

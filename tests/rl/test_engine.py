@@ -4,7 +4,7 @@ forward, refit in place, and argument checks."""
 import pytest
 import torch
 
-from trace_kernels import nvfp4
+from trace_kernels import kv_codes, nvfp4
 from trace_rl.config import load_preset
 from trace_rl.engine import EngineConfig, RolloutEngine, SamplingParams
 from trace_rl.engine.sampler import sampling_logprobs
@@ -133,7 +133,7 @@ def test_nvfp4_kv_pages_hold_the_captured_codes(model):
             g, found = batch.guidance.lookup(layer, site, torch.zeros(8, dtype=torch.long), torch.arange(8))
             assert found.all()
             # the only sequence got pages 1 and 2 (page 0 is scratch): slots 8..15 hold positions 0..7
-            assert torch.equal(pages.codes.view(-1, 2, 8)[8:16], g.codes)
+            assert torch.equal(kv_codes.decode_codes(pages.codes.view(-1, 2, 8)[8:16]), g.codes)
             assert torch.equal(pages.scale.view(-1, 2)[8:16], g.scale)
             assert torch.equal(pages.block_scales.view(-1, 2, 1)[8:16].view(torch.uint8),
                                g.block_scales.view(torch.uint8))

@@ -6,7 +6,7 @@ are in test_engine_gpu.py."""
 import pytest
 import torch
 
-from trace_kernels import moe_layout, moe_routing, nvfp4
+from trace_kernels import kv_codes, moe_layout, moe_routing, nvfp4
 from trace_rl.config import load_preset
 from trace_rl.engine import EngineConfig, RolloutEngine, SamplingParams
 from trace_rl.engine.kernel_layout import (GuidanceLayout, empty_moe_weights, kernel_routing, kernel_support,
@@ -244,7 +244,7 @@ def test_dequantize_pages_equals_nvfp4_dequantize():
     codes[0, 0, :4] = 0x88  # -0 codes (never produced, but they decode)
     for dtype in (torch.bfloat16, torch.float32):
         want = nvfp4.dequantize(nvfp4.NVFP4Tensor(codes, q.block_scales, q.scale), dtype=dtype)
-        got = dequantize_pages(codes, q.block_scales, q.scale, code_table("cpu"), dtype)
+        got = dequantize_pages(kv_codes.encode_codes(codes), q.block_scales, q.scale, code_table("cpu"), dtype)
         assert torch.equal(got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
                            want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))
 

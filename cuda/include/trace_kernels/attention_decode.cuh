@@ -28,6 +28,7 @@
 #include <math_constants.h>
 #include <stdint.h>
 
+#include "trace_kernels/kv_codes.cuh"
 #include "trace_kernels/nvfp4.cuh"
 
 namespace trace_kernels {
@@ -329,7 +330,7 @@ __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
       float partial[G];
       if constexpr (Cfg::kNvfp4) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(stage + Cfg::kOffKc + t * Cfg::kCodeBytes + lane * 4);
-        detail::e2m1x8_to_float_div64(w, kf);
+        detail::e2m1x8_to_float_div64(kv_codes::nibbles(w), kf);
         const float b64 = 64.f * nvfp4::e4m3_to_float(stage[Cfg::kOffKb + t * Cfg::kScaleBytes + lane / 2]);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
@@ -404,7 +405,7 @@ __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
       float vscale = 1.f;
       if constexpr (Cfg::kNvfp4) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(stage + Cfg::kOffVc + t * Cfg::kCodeBytes + lane * 4);
-        detail::e2m1x8_to_float_div64(w, vf);
+        detail::e2m1x8_to_float_div64(kv_codes::nibbles(w), vf);
         vscale = 64.f * nvfp4::e4m3_to_float(stage[Cfg::kOffVb + t * Cfg::kScaleBytes + lane / 2]);
       } else {
         detail::bf16x8_to_float(*reinterpret_cast<const uint4*>(stage + Cfg::kOffVc + t * Cfg::kCodeBytes + lane * 16),

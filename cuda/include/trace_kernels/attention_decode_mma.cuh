@@ -201,7 +201,8 @@ __device__ __forceinline__ void decode_attention_mma(const DecodeParams& p) {
         const int block = (tig * (D / 4) + i * 8) / 16;
         const float b64 = 64.f * nvfp4::e4m3_to_float(stage[Cfg::kOffKb + tok * Cfg::kScaleBytes + block]);
         const uint32_t scale2 = pack_f16x2(b64, b64);
-        const uint32_t ev = even_bytes(words[i]), od = odd_bytes(words[i]);
+        const uint32_t nib = kv_codes::nibbles(words[i]);  // the cache layout -> nibbles
+        const uint32_t ev = even_bytes(nib), od = odd_bytes(nib);
         const uint32_t e_lo = hmul2(e4m3x2_to_f16x2(ev & 0xFFFFu), scale2);  // elements 0, 2
         const uint32_t e_hi = hmul2(e4m3x2_to_f16x2(ev >> 16), scale2);      // 4, 6
         const uint32_t o_lo = hmul2(e4m3x2_to_f16x2(od & 0xFFFFu), scale2);  // 1, 3
@@ -274,8 +275,8 @@ __device__ __forceinline__ void decode_attention_mma(const DecodeParams& p) {
       for (int k = 0; k < 4; ++k) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(stage + Cfg::kOffVc + vtok[k] * Cfg::kCodeBytes +
                                                                gid * (D / 16) + wi * 4);
-        ev[k] = even_bytes(w);
-        od[k] = odd_bytes(w);
+        ev[k] = even_bytes(kv_codes::nibbles(w));
+        od[k] = odd_bytes(kv_codes::nibbles(w));
       }
       // pairs across the two tokens of b0 (k = 0, 1) and of b1 (k = 2, 3), nibble n of the word:
       // prmt 0x5140 -> {tok a n0, tok b n0, tok a n2, tok b n2} for even bytes 0, 1 (nibbles 0, 2)

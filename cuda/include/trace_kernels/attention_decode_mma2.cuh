@@ -9,13 +9,13 @@
 //   O^T[d, h]  += V^T[d, tok] . P^T[tok, h]  (A = V dequantized, 16 d rows; B = P, via movmatrix)
 // so per 16 tokens QK is 8 MMAs (not 16), PV is D/16 MMAs (not D/8), the accumulator is D/16 x 4
 // registers (not D/8 x 4), and each warp runs 32 tokens per tile step (one softmax update, one
-// accumulator rescale per 32 tokens). Operands are exact FP16: an E2M1 nibble placed in an E4M3 byte
-// (value / 64) -> hardware e4m3x2 -> f16x2, times the E4M3 block scale as f16x2 (one HMUL2 per pair;
-// the 1/64 is folded into the FP32 score and output scales). FP16 rather than BF16 because sm_90 has
-// the one-instruction e4m3x2 -> f16x2 conversion and no e4m3 -> bf16x2 one; both are exact here.
+// accumulator rescale per 32 tokens). Operands are exact FP16: the cache's code words decode into
+// FP16 pairs value / 2^14 by two shifts and one LOP3 each (kv_codes.cuh; for V after one byte permute
+// that pairs two tokens), times the E4M3 block scale as f16x2 (one HMUL2 per pair; the 2^14 is folded
+// into the FP32 score and output scales). FP16 because P is FP16 (2^-11 relative rounding).
 // The FP32 row scale of K multiplies the score; that of V enters as log2(s_v) added to the score of
 // the numerator (a second running max M), so P stays in [0, 1]:
-//   o = 64 * 2^(M - m) * sum_t 2^(s_t + log2 sv_t - M) v~_t / sum_t 2^(s_t - m)
+//   o = 2^14 * 2^(M - m) * sum_t 2^(s_t + log2 sv_t - M) v~_t / sum_t 2^(s_t - m)
 // Tiles of 32 * kWarps tokens are staged by cp.async, STAGES deep, with page lookups per 16-byte
 // chunk row and compile-time trip counts (no loop remainders). Same DecodeParams, split-KV partials
 // and combine kernel as the other variants.
@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "trace_kernels/attention_decode_mma.cuh"
+#include "trace_kernels/kv_codes.cuh"
 
 namespace trace_kernels {
 
@@ -75,14 +76,6 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
-}
-
-// Both halves of four E4M3 bytes as f16x2 {byte 0, byte 1} and {byte 2, byte 3}: the cvt reads the
-// 16-bit halves directly (no shift for the high half).
-__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t x, uint32_t& lo, uint32_t& hi) {
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(x));
 }
 
 // 2^x with flush to zero: weights below 2^-126 of the running max do not reach FP16 operands or
@@ -205,10 +198,10 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   const int pos_begin = range.pos_begin, pos_end = range.pos_end, num_tiles = range.num_tiles;
 
   // Q of head gid as QK B fragments, scaled by a power of two c into FP16 range. Thread tig owns
-  // elements [tig D/4, (tig + 1) D/4); k-step s = 2 i + h: b0 = elements {8i + 4h, +2}, b1 = {+1, +3}
-  // (the K A fragment below takes the same elements from its code words).
+  // elements [tig D/4, (tig + 1) D/4); k-step s = 2 i + h: b0 = elements {8i + 4h, +1}, b1 = {+2, +3}
+  // (the K A fragment below takes the same elements from its code words: field pairs 2h and 2h + 1).
   uint32_t qb[Cfg::kKSteps][2];
-  float head_scale[2];  // 64 * softmax_scale * log2(e) / c, for heads 2 tig and 2 tig + 1
+  float head_scale[2];  // 2^14 * softmax_scale * log2(e) / c, for heads 2 tig and 2 tig + 1
   {
     float qv[D / 4];
     float amax = 0.f;
@@ -234,14 +227,14 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
     frexpf(amax, &e);
     const int shift = amax > 0.f ? max(-126, min(127, 15 - e)) : 0;  // amax * 2^shift in [2^14, 2^15)
     const float c = ldexpf(1.f, shift);
-    const float my_scale = 64.f * p.scale_log2 * ldexpf(1.f, -shift);
+    const float my_scale = kv_codes::kValueFold * p.scale_log2 * ldexpf(1.f, -shift);
 #pragma unroll
     for (int j = 0; j < D / 4; ++j) qv[j] *= c;
 #pragma unroll
     for (int s = 0; s < Cfg::kKSteps; ++s) {
       const int base = (s / 2) * 8 + (s % 2) * 4;
-      qb[s][0] = pack_f16x2(qv[base], qv[base + 2]);
-      qb[s][1] = pack_f16x2(qv[base + 1], qv[base + 3]);
+      qb[s][0] = pack_f16x2(qv[base], qv[base + 1]);
+      qb[s][1] = pack_f16x2(qv[base + 2], qv[base + 3]);
     }
     head_scale[0] = __shfl_sync(0xffffffffu, my_scale, 4 * (2 * tig));  // lane of gid = 2 tig
     head_scale[1] = __shfl_sync(0xffffffffu, my_scale, 4 * (2 * tig + 1));
@@ -318,21 +311,18 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       }
 #pragma unroll
       for (int i = 0; i < Cfg::kKWords; ++i) {
-        uint32_t a[2][4];  // [token row][e_lo, e_hi, o_lo, o_hi]
+        uint32_t a[2][4];  // [token row][pair j]: elements 2j, 2j + 1 of the word
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // word i covers elements 8i..8i+7 of the thread's D/4: block 2 tig + i / 2 (D = 128), tig (D = 64)
           const uint32_t s2 = (Cfg::kKWords == 4 && i >= 2) ? scale_pair<1>(scales[r]) : scale_pair<0>(scales[r]);
-          uint32_t e_lo, e_hi, o_lo, o_hi;
-          e4m3x4_to_f16x2x2(even_bytes(words[r][i]), e_lo, e_hi);  // elements 0, 2 and 4, 6
-          e4m3x4_to_f16x2x2(odd_bytes(words[r][i]), o_lo, o_hi);   // 1, 3 and 5, 7
-          a[r][0] = hmul2(e_lo, s2);
-          a[r][1] = hmul2(e_hi, s2);
-          a[r][2] = hmul2(o_lo, s2);
-          a[r][3] = hmul2(o_hi, s2);
+          uint32_t f[4];
+          kv_codes::fields(words[r][i], f);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) a[r][j] = hmul2(f[j], s2);
         }
-        mma_f16(sc[u], a[0][0], a[1][0], a[0][2], a[1][2], qb[2 * i][0], qb[2 * i][1]);
-        mma_f16(sc[u], a[0][1], a[1][1], a[0][3], a[1][3], qb[2 * i + 1][0], qb[2 * i + 1][1]);
+        mma_f16(sc[u], a[0][0], a[1][0], a[0][1], a[1][1], qb[2 * i][0], qb[2 * i][1]);
+        mma_f16(sc[u], a[0][2], a[1][2], a[0][3], a[1][3], qb[2 * i + 1][0], qb[2 * i + 1][1]);
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -445,27 +435,18 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       }
 #pragma unroll
       for (int wi = 0; wi < Cfg::kVWords; ++wi) {
-        uint32_t ev[4], od[4];
+        // low lanes (elements 0, 2, 4, 6) and high lanes (1, 3, 5, 7) of two tokens' words -> one word
+        // each, whose fields are f16x2 pairs of the two tokens: [token pair][even, odd][element pair j]
+        uint32_t f[2][2][4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          ev[k] = even_bytes(vw[k][wi]);
-          od[k] = odd_bytes(vw[k][wi]);
+        for (int pr = 0; pr < 2; ++pr) {
+          kv_codes::fields(__byte_perm(vw[2 * pr][wi], vw[2 * pr + 1][wi], 0x5410u), f[pr][0]);
+          kv_codes::fields(__byte_perm(vw[2 * pr][wi], vw[2 * pr + 1][wi], 0x7632u), f[pr][1]);
         }
 #pragma unroll
-        for (int sel = 0; sel < 2; ++sel) {  // bytes 0, 1 (elements 0/1, 2/3) or 2, 3 (4/5, 6/7)
-          const uint32_t selector = sel == 0 ? 0x5140u : 0x7362u;
-          uint32_t e01[2], e23[2], o01[2], o23[2];  // [pair q]: f16x2 of the two tokens
-          e4m3x4_to_f16x2x2(__byte_perm(ev[0], ev[1], selector), e01[0], e01[1]);
-          e4m3x4_to_f16x2x2(__byte_perm(ev[2], ev[3], selector), e23[0], e23[1]);
-          e4m3x4_to_f16x2x2(__byte_perm(od[0], od[1], selector), o01[0], o01[1]);
-          e4m3x4_to_f16x2x2(__byte_perm(od[2], od[3], selector), o23[0], o23[1]);
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {  // pair j = 2 sel + q: elements 2j (even) and 2j + 1 (odd)
-            const int j = wi * 4 + 2 * sel + q;
-            mma_f16(acc[j], hmul2(e01[q], vscale[0]), hmul2(o01[q], vscale[0]), hmul2(e23[q], vscale[1]),
-                    hmul2(o23[q], vscale[1]), pb[u][0], pb[u][1]);
-          }
-        }
+        for (int j = 0; j < 4; ++j)  // m-tile: row gid = element 2j of the word, row gid + 8 = element 2j + 1
+          mma_f16(acc[wi * 4 + j], hmul2(f[0][0][j], vscale[0]), hmul2(f[0][1][j], vscale[0]),
+                  hmul2(f[1][0][j], vscale[1]), hmul2(f[1][1][j], vscale[1]), pb[u][0], pb[u][1]);
       }
     }
     __syncthreads();  // the stage is refilled next iteration
@@ -513,7 +494,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       l += exp2f(stats[(w * 3 + 0) * 8 + h] - m) * stats[(w * 3 + 1) * 8 + h];
       o += exp2f(stats[(w * 3 + 2) * 8 + h] - M) * red[(w * 8 + h) * D + d];
     }
-    o = l > 0.f ? 64.f * o * exp2f(M - m) / l : 0.f;  // 64: the V operands are value / 64
+    o = l > 0.f ? kv_codes::kValueFold * o * exp2f(M - m) / l : 0.f;  // the V operands are value / kValueFold
     const int out_head0 = Cfg::kKvHeadsPerCta == 1 ? head0 : hl * Cfg::GROUP + head_group * G;
     const int64_t bh = static_cast<int64_t>(b) * hq + out_head0 + h;
     store_split_output<D>(p, bh, d, split, num_splits, o, m, l);

@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "trace_kernels/kv_codes.cuh"
 #include "trace_kernels/nvfp4.cuh"
 #include "trace_kernels/quantize_epilogue.cuh"
 #include "trace_kernels/status.cuh"
@@ -84,6 +85,26 @@ __device__ __forceinline__ void store_halves(uint8_t* dst, const uint16_t (&h)[N
 // One row group per thread; grid = the row tiles. (A persistent grid that loaded the next tile while
 // quantizing the current one, variant "p" of 426f3ba, was slower on the H200: 74 registers left 24
 // warps per SM for an ALU-bound loop; docs/kv_cache.md.)
+// One half block (8 elements) on the fast path: its code word in the cache's layout (kv_codes.cuh),
+// formed from the binary search's masks without packing nibbles first, and its 8 mantissa bits.
+__device__ __forceinline__ uint32_t kv_half_block_fast(const uint4& raw, const PackedThresholds<__nv_bfloat16>& p,
+                                                       uint32_t& mantissa) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t k2[4], k1[4], k0[4], sign[4];
+  uint32_t bits = 0;  // element 2i at bit 2i, element 2i + 1 at bit 17 + 2i
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const PairClasses c = classify_pair_masks<__nv_bfloat16>(w[i], p.b);
+    k2[i] = c.k2;
+    k1[i] = c.k1;
+    k0[i] = c.k0;
+    sign[i] = c.sign;
+    bits |= c.k0 & ((1u << (2 * i)) | (1u << (17 + 2 * i)));
+  }
+  mantissa = (bits | (bits >> 16)) & 0xFFu;
+  return kv_codes::encode_classes(k2, k1, k0, sign);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict__ x,  // [T, Hkv, D]
                                                 const int64_t* __restrict__ slot_mapping,  // [T]
@@ -154,10 +175,17 @@ __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict_
     uint4 unused_lo, unused_hi;
     const nvfp4::BlockStep step =
         fast ? block_step_fast(block_amax[j], s, six_s_div) : nvfp4::block_step(block_amax[j], s, nvfp4::kFp4Max * s);
-    q[j] = fast ? quantize_block16_fast<__nv_bfloat16, false>(v[j][0], v[j][1], step, unused_lo, unused_hi)
-                : quantize_block16<__nv_bfloat16>(v[j][0], v[j][1], step, false, unused_lo, unused_hi);
     scale_bits[j] = step.scale_bits;
-    mantissa[j] = static_cast<uint16_t>(mantissa_bits_of(q[j].x) | (mantissa_bits_of(q[j].y) << 8));
+    if (fast) {  // the binary search's masks straight into the cache's code words
+      const PackedThresholds<__nv_bfloat16> p = fast_thresholds<__nv_bfloat16>(step);
+      uint32_t bits_lo, bits_hi;
+      q[j] = make_uint2(kv_half_block_fast(v[j][0].raw, p, bits_lo), kv_half_block_fast(v[j][1].raw, p, bits_hi));
+      mantissa[j] = static_cast<uint16_t>(bits_lo | (bits_hi << 8));
+    } else {
+      const uint2 codes = quantize_block16<__nv_bfloat16>(v[j][0], v[j][1], step, false, unused_lo, unused_hi);
+      q[j] = make_uint2(kv_codes::encode(codes.x), kv_codes::encode(codes.y));
+      mantissa[j] = static_cast<uint16_t>(mantissa_bits_of(codes.x) | (mantissa_bits_of(codes.y) << 8));
+    }
   }
   const int block0 = lane * BPT;
   store_blocks<BPT>(pages.codes + dest * (D / 2) + block0 * 8, q);

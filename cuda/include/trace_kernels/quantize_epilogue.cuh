@@ -144,23 +144,36 @@ struct Pair16<__half> {
 
 __device__ __forceinline__ uint32_t select_bits(uint32_t mask, uint32_t a, uint32_t b) { return (mask & a) | (~mask & b); }
 
+// The binary search of one 32-bit word of two 16-bit elements: per-half masks (0xFFFF or 0) of the
+// magnitude index bits (m = 4 k2 + 2 k1 + k0) and of m >= 1, and the signs at bits 15 / 31 (+0 for m = 0).
+struct PairClasses {
+  uint32_t k2, k1, k0, nonzero, sign;
+};
+
+template <typename T>
+__device__ __forceinline__ PairClasses classify_pair_masks(uint32_t w, const uint32_t (&b)[7]) {
+  PairClasses c;
+  const uint32_t a = Pair16<T>::abs(w);
+  c.k2 = Pair16<T>::ge(a, b[3]);                                                    // m >= 4
+  c.k1 = Pair16<T>::ge(a, select_bits(c.k2, b[5], b[1]));                           // m >= 6 | 2
+  c.k0 = Pair16<T>::ge(a, select_bits(c.k2, select_bits(c.k1, b[6], b[4]), select_bits(c.k1, b[2], b[0])));
+  c.nonzero = Pair16<T>::ge(a, b[0]);                                               // m >= 1
+  c.sign = w & c.nonzero & 0x80008000u;
+  return c;
+}
+
 // One 32-bit word of two 16-bit elements -> their two code nibbles at bits 0..3 and 16..19 and,
 // when dq is wanted, value(code) as a BF16 pair (before the block scale).
 template <typename T>
 __device__ __forceinline__ uint32_t classify_pair_nibbles(uint32_t w, const uint32_t (&b)[7], bool want_value,
                                                           uint32_t& value_pair) {
-  const uint32_t a = Pair16<T>::abs(w);
-  const uint32_t k2 = Pair16<T>::ge(a, b[3]);                                                // m >= 4
-  const uint32_t k1 = Pair16<T>::ge(a, select_bits(k2, b[5], b[1]));                         // m >= 6 | 2
-  const uint32_t k0 = Pair16<T>::ge(a, select_bits(k2, select_bits(k1, b[6], b[4]), select_bits(k1, b[2], b[0])));
-  const uint32_t nonzero = Pair16<T>::ge(a, b[0]);                                          // m >= 1
-  const uint32_t m = (k2 & 0x00040004u) | (k1 & 0x00020002u) | (k0 & 0x00010001u);           // per half
-  const uint32_t sign = w & nonzero & 0x80008000u;  // +0 for a zero magnitude
+  const PairClasses c = classify_pair_masks<T>(w, b);
+  const uint32_t m = (c.k2 & 0x00040004u) | (c.k1 & 0x00020002u) | (c.k0 & 0x00010001u);  // per half
   if (want_value) {  // BF16 bits of value(m): (m + 252) << 6 for m >= 2, 0.5 for m = 1
-    const uint32_t at_least_two = k2 | k1;
-    value_pair = (at_least_two & ((m + 0x00FC00FCu) << 6)) | (nonzero & ~at_least_two & 0x3F003F00u) | sign;
+    const uint32_t at_least_two = c.k2 | c.k1;
+    value_pair = (at_least_two & ((m + 0x00FC00FCu) << 6)) | (c.nonzero & ~at_least_two & 0x3F003F00u) | c.sign;
   }
-  return m | (sign >> 12);
+  return m | (c.sign >> 12);
 }
 
 // classify_pair_nibbles with the two nibbles packed into bits 0..7.
@@ -314,28 +327,36 @@ __device__ __forceinline__ nvfp4::BlockStep block_step_fast(float block_amax, fl
   return out;
 }
 
+// The packed thresholds of a fast-path block step (see above); 16-bit element types only.
+template <typename T>
+__device__ __forceinline__ PackedThresholds<T> fast_thresholds(const nvfp4::BlockStep& step) {
+  PackedThresholds<T> p;
+  p.ok = true;
+  const float d = step.d == 0.f ? 0x1p100f : step.d;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    constexpr uint32_t kExponentStep = 0x00800080u;  // x2 on both BF16 halves
+    p.b[0] = Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(0.25f, d, d * 0x1p-26f)));
+    p.b[1] = Pair16<T>::round_up_pair(__fmaf_ru(0.75f, d, -(d * 0x1p-25f)));
+    p.b[2] = Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(1.25f, d, d * 0x1p-24f)));
+    p.b[3] = Pair16<T>::round_up_pair(__fmaf_ru(1.75f, d, -(d * 0x1p-24f)));
+    p.b[4] = p.b[2] + kExponentStep;
+    p.b[5] = p.b[3] + kExponentStep;
+    p.b[6] = p.b[2] + 2 * kExponentStep;
+  } else {  // FP16 thresholds may be subnormal or infinite: each one computed
+    const E2M1Thresholds t = e2m1_thresholds(d);
+#pragma unroll
+    for (int i = 0; i < 7; ++i) p.b[i] = Pair16<T>::round_up_pair(t.x[i]);
+  }
+  return p;
+}
+
 // One block on the fast path: codes of elements 0..7 in .x, 8..15 in .y, and (kDq) the BF16
 // "code x block scale" operand; the same bits as quantize_block16(lo, hi, block_step(...)).
 template <typename T, bool kDq>
 __device__ __forceinline__ uint2 quantize_block16_fast(const Vec8<T>& lo, const Vec8<T>& hi, const nvfp4::BlockStep& step,
                                                        uint4& dq_lo, uint4& dq_hi) {
   if constexpr (sizeof(T) == 2) {
-    PackedThresholds<T> p;
-    const float d = step.d == 0.f ? 0x1p100f : step.d;
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      constexpr uint32_t kExponentStep = 0x00800080u;  // x2 on both BF16 halves
-      p.b[0] = Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(0.25f, d, d * 0x1p-26f)));
-      p.b[1] = Pair16<T>::round_up_pair(__fmaf_ru(0.75f, d, -(d * 0x1p-25f)));
-      p.b[2] = Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(1.25f, d, d * 0x1p-24f)));
-      p.b[3] = Pair16<T>::round_up_pair(__fmaf_ru(1.75f, d, -(d * 0x1p-24f)));
-      p.b[4] = p.b[2] + kExponentStep;
-      p.b[5] = p.b[3] + kExponentStep;
-      p.b[6] = p.b[2] + 2 * kExponentStep;
-    } else {  // FP16 thresholds may be subnormal or infinite: each one computed
-      const E2M1Thresholds t = e2m1_thresholds(d);
-#pragma unroll
-      for (int i = 0; i < 7; ++i) p.b[i] = Pair16<T>::round_up_pair(t.x[i]);
-    }
+    const PackedThresholds<T> p = fast_thresholds<T>(step);
     return make_uint2(classify_words_packed<T>(lo.raw, p, step.scale, kDq, dq_lo),
                       classify_words_packed<T>(hi.raw, p, step.scale, kDq, dq_hi));
   } else {

@@ -42,7 +42,8 @@ def kv_kernel_support(config, block_size: int, page_format: str = "nvfp4") -> st
     try:
         from trace_kernels import attention
         from trace_kernels.codegen.ops import decode_attention as codegen
-        variant = attention.DEFAULT_NVFP4_VARIANT if page_format == "nvfp4" else attention.DEFAULT_BF16_VARIANT
+        variant = attention.default_variant(page_format, config.num_attention_heads, config.num_key_value_heads,
+                                            config.head_dim, block_size)
         codegen.tiling(page_format, config.num_attention_heads, config.num_key_value_heads, config.head_dim,
                        block_size, variant)
     except (ImportError, AttributeError, ValueError) as e:

@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from trace_kernels import moe_gemm, moe_gemm_ref, moe_layout, nvfp4
+from trace_kernels import kv_codes, moe_gemm, moe_gemm_ref, moe_layout, nvfp4
 from trace_kernels import ops as tk_ops
 from trace_rl.engine.kernel_layout import GuidanceParts, empty_moe_weights, kernel_routing
 from trace_rl.model.moe import route
@@ -222,7 +222,8 @@ class KernelQuantizer:
                 else:  # the codes as stored: [slots, Hkv, ...] rows of the flattened pages
                     flat = lambda t: t.view(t.shape[0] * t.shape[1], *t.shape[2:])
                     bscales = flat(pages.block_scales).view(torch.uint8)[slots].view(torch.float8_e4m3fn)
-                    q, bits = nvfp4.NVFP4Tensor(flat(pages.codes)[slots], bscales, flat(pages.scale)[slots]), None
+                    q, bits = nvfp4.NVFP4Tensor(kv_codes.decode_codes(flat(pages.codes)[slots]), bscales,
+                                                 flat(pages.scale)[slots]), None
                 self._capture(layer, site, QuantizedRows(q, bits, None))
         if self.shadow is not None:
             self.shadow.record(layer, "k", nvfp4.quantize(k.detach()), index)

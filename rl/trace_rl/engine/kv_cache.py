@@ -3,7 +3,7 @@
 Per layer, K and V each live in pages of P tokens (issue 5's layout):
 
 - bf16:  ``data``          [pages, P, Hkv, D]     model dtype
-- nvfp4: ``codes``         [pages, P, Hkv, D/2]   uint8, two E2M1 codes per byte
+- nvfp4: ``codes``         [pages, P, Hkv, D/2]   uint8, E2M1 codes in trace_kernels.kv_codes' layout
          ``block_scales``  [pages, P, Hkv, D/16]  float8_e4m3fn
          ``scale``         [pages, P, Hkv]        float32 (one per token and kv head)
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trace_kernels import nvfp4
+from trace_kernels import kv_codes, nvfp4
 from trace_rl.model.layers import masked_attention
 
 
@@ -32,10 +32,12 @@ def code_table(device) -> Tensor:
     return torch.tensor(_SIGNED_E2M1, dtype=torch.float32, device=device)
 
 
-def dequantize_pages(codes: Tensor, block_scales: Tensor, scale: Tensor, table: Tensor,
+def dequantize_pages(stored: Tensor, block_scales: Tensor, scale: Tensor, table: Tensor,
                      dtype: torch.dtype) -> Tensor:
-    """codes uint8 [..., D/2], block_scales e4m3 [..., D/16], scale f32 [...] -> [..., D] in dtype:
-    value(code) * (float(b) * s) in FP32, exactly nvfp4.dequantize (tested); no host work."""
+    """stored uint8 [..., D/2] (the pages' code bytes, trace_kernels.kv_codes), block_scales e4m3
+    [..., D/16], scale f32 [...] -> [..., D] in dtype: value(code) * (float(b) * s) in FP32, exactly
+    nvfp4.dequantize (tested); no host work once kv_codes.prepare ran for the device."""
+    codes = kv_codes.decode_codes(stored)
     c = torch.stack((codes & 0x0F, codes >> 4), dim=-1).reshape(*codes.shape[:-1], -1)  # [..., D]
     values = table[c.long()]  # [..., D] FP32
     step = block_scales.to(torch.float32) * scale.unsqueeze(-1)  # [..., D/16]
@@ -51,6 +53,7 @@ class KVPages:
         self.quantized, self.dtype = quantized, dtype
         if quantized:
             self.table = code_table(device)
+            kv_codes.prepare(device)
             self.codes = torch.zeros(*shape, head_dim // 2, dtype=torch.uint8, device=device)
             self.block_scales = torch.zeros(*shape, head_dim // 16, dtype=torch.float8_e4m3fn,
                                             device=device)
@@ -66,7 +69,7 @@ class KVPages:
         self._flat(self.data).index_copy_(0, slots, x.to(self.dtype))
 
     def write_quantized(self, slots: Tensor, q: nvfp4.NVFP4Tensor) -> None:
-        self._flat(self.codes).index_copy_(0, slots, q.codes)
+        self._flat(self.codes).index_copy_(0, slots, kv_codes.encode_codes(q.codes))
         # index_copy_ has no float8 kernel everywhere; copy the bytes
         self._flat(self.block_scales).view(torch.uint8).index_copy_(0, slots, q.block_scales.view(torch.uint8))
         self._flat(self.scale).index_copy_(0, slots, q.scale)

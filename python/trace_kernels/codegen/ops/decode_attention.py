@@ -248,10 +248,11 @@ def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
     specs += [spec(f, shape.q_heads, shape.kv_heads, shape.head_dim, p, "mma") for f in FORMATS for p in PAGE_SIZES]
     specs += [spec("nvfp4", shape.q_heads, shape.kv_heads, shape.head_dim, p, v) for v in MMA2_TEMPLATES
               for p in PAGE_SIZES]
-    from trace_kernels.attention import DEFAULT_NVFP4_VARIANT  # the launch default may be a tuned config
-    if DEFAULT_NVFP4_VARIANT not in VARIANTS:
-        specs += [spec("nvfp4", shape.q_heads, shape.kv_heads, shape.head_dim, p, DEFAULT_NVFP4_VARIANT)
-                  for p in PAGE_SIZES]
+    from trace_kernels.attention import default_variant  # the launch default may be a tuned config
+    for p in PAGE_SIZES:
+        variant = default_variant("nvfp4", shape.q_heads, shape.kv_heads, shape.head_dim, p)
+        if variant not in VARIANTS:
+            specs.append(spec("nvfp4", shape.q_heads, shape.kv_heads, shape.head_dim, p, variant))
     return specs + [combine_spec(shape.head_dim)]
 
 
