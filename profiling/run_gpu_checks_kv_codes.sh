@@ -9,6 +9,7 @@
 #   ab:       the decode benchmark (mma2_w2s2, mma4) of BASE (a carried copy of the previous commit's
 #             python/, cuda/, codegen/, profiling/) and of this tree, twice in turn, same call
 #   append:   kv_append (default variant, random and contiguous slots) of both trees, same call
+#   sweep:    this tree's decode benchmark over SWEEP (mma4 / mma2 configurations, lazy rescaling), twice
 #   ncu:      Nsight Compute on this tree's default decode kernel (mma4) at (B, L) = (32, 32K)
 # Everything goes to $OUT/kvc/, tarred to $OUT/kvc.tar at the end.
 # Usage (repo root, carry .whl and BASE): OUT=$OUT BASE=.ab_base bash profiling/run_gpu_checks_kv_codes.sh
@@ -18,6 +19,7 @@ BUDGET=${BUDGET:-560}
 BASE=${BASE:-.ab_base}
 STEPS=${STEPS:-build tests engine sanitize ab append ncu}
 VARIANTS=${VARIANTS:-mma2_w2s2,mma4}
+SWEEP=${SWEEP:-mma4,mma4l,mma4_w1s2,mma4l_w1s2,mma4_w1s3,mma2_w2s2,mma2_w1s2,mma3_w1s3}
 A="$OUT/kvc"
 mkdir -p "$A"
 source profiling/gpu_env.sh "$A/setup.log"
@@ -89,6 +91,17 @@ if has append; then
         --append-slots random,contiguous --out "$json" > "$A/append_${tree}.log" 2>&1
     fi
     echo "append $tree exit $? (${SECONDS}s)"; grep -v '^{' "$A/append_${tree}.log" | tail -8
+  done
+fi
+
+if has sweep; then
+  for round in 1 2; do
+    limit=$(( $(left) > 120 ? 90 : $(left) - 30 ))
+    [ "$limit" -lt 20 ] && { echo "sweep $round: skipped, $(left)s left"; continue; }
+    timeout "$limit" python3 profiling/bench_attention.py --decode-only --nvfp4-variants "$SWEEP" --bf16-variants "" \
+      --out "$A/attention_kv_codes_sweep${round}.json" > "$A/sweep${round}.log" 2>&1
+    echo "sweep $round exit $? (${SECONDS}s)"
+    grep -E "^ +[0-9]+ +[0-9]+ \|" "$A/sweep${round}.log" | grep -E " 32768 | 131072 " | awk '{print $1, $2, $4, $5}' | tr '\n' ';'; echo
   done
 fi
 
