@@ -275,8 +275,9 @@ __device__ __forceinline__ void decode_attention_mma(const DecodeParams& p) {
       for (int k = 0; k < 4; ++k) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(stage + Cfg::kOffVc + vtok[k] * Cfg::kCodeBytes +
                                                                gid * (D / 16) + wi * 4);
-        ev[k] = even_bytes(kv_codes::nibbles(w));
-        od[k] = odd_bytes(kv_codes::nibbles(w));
+        const uint32_t nib = kv_codes::nibbles(w);  // the cache layout -> nibbles
+        ev[k] = even_bytes(nib);
+        od[k] = odd_bytes(nib);
       }
       // pairs across the two tokens of b0 (k = 0, 1) and of b1 (k = 2, 3), nibble n of the word:
       // prmt 0x5140 -> {tok a n0, tok b n0, tok a n2, tok b n2} for even bytes 0, 1 (nibbles 0, 2)
