@@ -9,7 +9,7 @@
 #   ab:       the decode benchmark (mma2_w2s2, mma4) of BASE (a carried copy of the previous commit's
 #             python/, cuda/, codegen/, profiling/) and of this tree, twice in turn, same call
 #   append:   kv_append (default variant, random and contiguous slots) of both trees, same call
-#   sweep:    this tree's decode benchmark over SWEEP (mma4 / mma2 configurations, lazy rescaling), twice
+#   sweep:    this tree's decode benchmark over SWEEP (mma4 / mma2 configurations, lazy rescaling), SWEEP_ROUNDS times
 #   ncu:      Nsight Compute on this tree's default decode kernel (mma4) at (B, L) = (32, 32K)
 # Everything goes to $OUT/kvc/, tarred to $OUT/kvc.tar at the end.
 # Usage (repo root, carry .whl and BASE): OUT=$OUT BASE=.ab_base bash profiling/run_gpu_checks_kv_codes.sh
@@ -33,9 +33,9 @@ base_py() { PYTHONPATH=/tmp/site:$PWD/$BASE/python TRACE_KERNELS_CACHE_DIR=$PWD/
 
 if has build; then
   TRACE_KERNELS_PTXAS_CHECK=1 timeout 150 python3 profiling/bench_attention.py --build-only 16 \
-    --nvfp4-variants "simt,mma,mma2,mma3,sweep,sweep4" > "$A/build.log" 2>&1
+    --nvfp4-variants "${BUILD_VARIANTS:-simt,mma,mma2,mma3,sweep,sweep4}" > "$A/build.log" 2>&1
   echo "build exit: $? (${SECONDS}s)" | tee -a "$A/build.log"; grep -E "(mma2_w2s2|mma4)_hq32_hkv4_d128|kv_append" "$A/build.log" | head -6
-  base_py 120 python3 "$BASE/profiling/bench_attention.py" --build-only 16 --nvfp4-variants "$VARIANTS" \
+  [ -d "$BASE" ] && base_py 120 python3 "$BASE/profiling/bench_attention.py" --build-only 16 --nvfp4-variants "$VARIANTS" \
     --build-named-only --bf16-variants "" > "$A/build_base.log" 2>&1
   echo "base build exit: $? (${SECONDS}s)"; grep -E "hq32_hkv4_d128" "$A/build_base.log"
 fi
@@ -95,8 +95,8 @@ if has append; then
 fi
 
 if has sweep; then
-  for round in 1 2; do
-    limit=$(( $(left) > 120 ? 90 : $(left) - 30 ))
+  for round in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
+    limit=$(( $(left) > 120 ? 90 : $(left) - 10 ))
     [ "$limit" -lt 20 ] && { echo "sweep $round: skipped, $(left)s left"; continue; }
     timeout "$limit" python3 profiling/bench_attention.py --decode-only --nvfp4-variants "$SWEEP" --bf16-variants "" \
       --out "$A/attention_kv_codes_sweep${round}.json" > "$A/sweep${round}.log" 2>&1
