@@ -24,6 +24,13 @@ tar_on_exit() {
   trap "echo \"total \${SECONDS}s\"; tar -cf '$1.tar' -C '$(dirname "$1")' '$(basename "$1")' && rm -rf '$1'" EXIT
 }
 
+# log_machine LOG: the GPU (name, driver, clocks) and the tree's commit and changes, appended to LOG (the
+# device copy's git metadata may lag: the results' notes name the real commit).
+log_machine() {
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+    git log -1 --format='%H %s' 2>/dev/null; git status --short 2>/dev/null | head -20; } >> "$1" 2>&1
+}
+
 # gpu_tests LIMIT LOG PYTEST_ARGS...: pytest, quiet, failures listed, no cache folder.
 gpu_tests() {
   local limit=$1 log=$2; shift 2

@@ -17,8 +17,7 @@ A="$OUT/attn"
 mkdir -p "$A"
 source profiling/gpu_env.sh "$A/setup.log"
 tar_on_exit "$A"
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
-  git log -1 --format='%H %s' 2>/dev/null; git status --short 2>/dev/null | head -20; } >> "$A/setup.log" 2>&1
+log_machine "$A/setup.log"
 
 # (0)
 TRACE_KERNELS_PTXAS_CHECK=1 timeout 150 python3 profiling/bench_attention.py --build-only 16 --nvfp4-variants sweep,sweep4 \

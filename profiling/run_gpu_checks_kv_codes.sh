@@ -24,8 +24,7 @@ A="$OUT/kvc"
 mkdir -p "$A"
 source profiling/gpu_env.sh "$A/setup.log"
 tar_on_exit "$A"
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
-  git log -1 --format='%H %s' 2>/dev/null; git status --short 2>/dev/null | head -20; } >> "$A/setup.log" 2>&1
+log_machine "$A/setup.log"
 TINY_KERNELS="E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64"  # rl/configs/models.toml's tiny-kernels and small
 SMALL="E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64"
 has() { [[ " $STEPS " == *" $1 "* ]]; }

@@ -79,3 +79,11 @@ def test_default_decode_kernel_falls_back_where_mma4_does_not_fit():
     assert attention.default_variant("nvfp4", 32, 4, 128, 8) == attention.NVFP4_FALLBACK_VARIANT  # pages < 16 tokens
     assert attention.default_variant("nvfp4", 64, 32, 128, 16) == attention.NVFP4_FALLBACK_VARIANT  # 64 warps per CTA
     assert attention.default_variant("bf16", 32, 4, 128, 16) == attention.DEFAULT_BF16_VARIANT
+
+
+def test_bad_code_rows_are_rejected():
+    import pytest
+    with pytest.raises(ValueError, match="uint8 codes"):
+        kv_codes.encode_codes(torch.zeros(3, 6, dtype=torch.uint8))  # D/2 not a multiple of 4
+    with pytest.raises(ValueError, match="uint8 codes"):
+        kv_codes.decode_codes(torch.zeros(3, 8, dtype=torch.int32))

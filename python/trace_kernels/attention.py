@@ -130,6 +130,7 @@ NVFP4_FALLBACK_VARIANT = "mma2_w2s2"
 DEFAULT_BF16_VARIANT = "mma"
 
 
+@functools.lru_cache(maxsize=None)  # memoized: asked on every launch without variant=
 def default_variant(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int) -> str:
     """The kernel a decode launches without variant=: DEFAULT_NVFP4_VARIANT where it takes the shape
     (page sizes, kv heads per CTA), else NVFP4_FALLBACK_VARIANT; DEFAULT_BF16_VARIANT for BF16 pages."""

@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-__all__ = ["apply", "invert", "tables"]
+__all__ = ["apply", "code_word_columns", "invert", "tables"]
 
 
 def invert(columns) -> tuple[int, ...]:
@@ -28,6 +28,23 @@ def invert(columns) -> tuple[int, ...]:
                 rows[i] = (rows[i][0] ^ rows[bit][0], rows[i][1] ^ rows[bit][1])
     inverse_rows = [r[1] for r in rows]  # row i of A^-1
     return tuple(sum(((inverse_rows[i] >> b) & 1) << i for i in range(32)) for b in range(32))
+
+
+def code_word_columns(registers_of, low_bit: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(decode, encode) columns between a kernel's stored word and the code word it stands for.
+
+    registers_of(word) gives the kernel's four registers of two 16-bit fields each: a code's bits
+    e1 e0 m at low_bit + 2 .. low_bit and its sign at bit 15 of the half. In the code word, byte j
+    holds register j's low-half code in its low nibble and its high-half code in its high nibble.
+    """
+    def nibble(half: int) -> int:
+        return ((half >> low_bit) & 7) | ((half >> 12) & 8)
+
+    def code_word(registers) -> int:
+        return sum((nibble(r & 0xFFFF) | nibble(r >> 16) << 4) << (8 * j) for j, r in enumerate(registers))
+
+    decode = tuple(code_word(registers_of(1 << b)) for b in range(32))
+    return decode, invert(decode)
 
 
 @functools.cache

@@ -46,23 +46,11 @@ def kernel_fields(x):
                  for shifts in REGISTER_SHIFTS)
 
 
-def _nibble_of_half(half: int) -> int:
-    return ((half >> 9) & 7) | ((half >> 12) & 8)
-
-
-def _nibble_word(fields: tuple[int, ...]) -> int:
-    """Fields -> nvfp4 nibble word: element 2j (low half of f_j) in nibble 2j, 2j + 1 in nibble 2j + 1."""
-    word = 0
-    for j, f in enumerate(fields):
-        word |= (_nibble_of_half(f & 0xFFFF) | _nibble_of_half(f >> 16) << 4) << (8 * j)
-    return word
-
-
 @functools.cache
 def _columns() -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(decode, encode) columns: nibble word = XOR of decode[b] over set bits b of the stored word."""
-    decode = tuple(_nibble_word(kernel_fields(1 << b)) for b in range(32))
-    return decode, gf2_words.invert(decode)
+    """(decode, encode) columns: nvfp4 nibble word (element 2j = low half of f_j in nibble 2j, element
+    2j + 1 in nibble 2j + 1) = XOR of decode[b] over set bits b of the stored word, and back."""
+    return gf2_words.code_word_columns(kernel_fields, low_bit=9)
 
 
 def encode_code_words(nibble_words: torch.Tensor) -> torch.Tensor:

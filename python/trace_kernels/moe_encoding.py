@@ -70,23 +70,11 @@ def kernel_registers(q):
     return tuple(regs)
 
 
-def _nibble_of_half(half: int) -> int:
-    return ((half >> 6) & 7) | ((half >> 12) & 8)
-
-
-def _fragment_word(registers: tuple[int, ...]) -> int:
-    """Registers -> fragment word: byte i = (low-half code) | (high-half code) << 4 of register i."""
-    word = 0
-    for i, r in enumerate(registers):
-        word |= (_nibble_of_half(r & 0xFFFF) | _nibble_of_half(r >> 16) << 4) << (8 * i)
-    return word
-
-
 @functools.cache
 def _columns() -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(decode, encode) columns: fragment word = XOR of decode[b] over set bits b of q, and back."""
-    decode = tuple(_fragment_word(kernel_registers(1 << b)) for b in range(32))
-    return decode, gf2_words.invert(decode)
+    """(decode, encode) columns: fragment word (byte i = the codes of register a_i, low half in the low
+    nibble) = XOR of decode[b] over set bits b of q, and back. Code bits e1 e0 m sit at bits 8..6."""
+    return gf2_words.code_word_columns(kernel_registers, low_bit=6)
 
 
 def encode_columns() -> tuple[int, ...]:

@@ -82,9 +82,6 @@ __device__ __forceinline__ void store_halves(uint8_t* dst, const uint16_t (&h)[N
   }
 }
 
-// One row group per thread; grid = the row tiles. (A persistent grid that loaded the next tile while
-// quantizing the current one, variant "p" of 426f3ba, was slower on the H200: 74 registers left 24
-// warps per SM for an ALU-bound loop; docs/kv_cache.md.)
 // One half block (8 elements) on the fast path: its code word in the cache's layout (kv_codes.cuh),
 // formed from the binary search's masks without packing nibbles first, and its 8 mantissa bits.
 __device__ __forceinline__ uint32_t kv_half_block_fast(const uint4& raw, const PackedThresholds<__nv_bfloat16>& p,
@@ -105,6 +102,9 @@ __device__ __forceinline__ uint32_t kv_half_block_fast(const uint4& raw, const P
   return kv_codes::encode_classes(k2, k1, k0, sign);
 }
 
+// One row group per thread; grid = the row tiles. (A persistent grid that loaded the next tile while
+// quantizing the current one, variant "p" of 426f3ba, was slower on the H200: 74 registers left 24
+// warps per SM for an ALU-bound loop; docs/kv_cache.md.)
 template <class Cfg>
 __device__ __forceinline__ void kv_append_nvfp4(const __nv_bfloat16* __restrict__ x,  // [T, Hkv, D]
                                                 const int64_t* __restrict__ slot_mapping,  // [T]
