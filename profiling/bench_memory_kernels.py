@@ -4,8 +4,8 @@ the same run, plus a study of the copy itself across sizes.
     python profiling/bench_memory_kernels.py --out profiling/results/memory_kernels_h200.json
 
 For each size (input bytes, 1 MB .. 1 GB): BF16 x [rows, 2048] for quantize (plain, and with
-guidance bits + BF16 operand) and guided_fake_quantize (compact with and without counters, full
-guidance with counters); expert weights [E, 1536, 2048] for refit_weights. Every kernel variant of
+guidance bits + BF16 operand) and guided_fake_quantize (compact and full guidance, each with and without
+counters); expert weights [E, 1536, 2048] for refit_weights. Every kernel variant of
 the codegen modules' VARIANTS is timed (rows "kernel [vN]").
 
 Bandwidth = minimal bytes (every input read once, every output written once) / time; time = median
@@ -132,6 +132,9 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
             record(f"guided_fake_quantize full [{v}]",
                    time_graph(lambda i: ops.guided_fake_quantize(trainer[i], full[i], return_counters=True), sets),
                    g_common + elems // 2 + 32, {"variant": v})
+            record(f"guided_fake_quantize full no-counters [{v}]",
+                   time_graph(lambda i: ops.guided_fake_quantize(trainer[i], full[i]), sets),
+                   g_common + elems // 2, {"variant": v})
     del compact, full, trainer, xs
 
     n = REFIT_N if size >= REFIT_N * REFIT_K * 2 else max(1, size // (2 * REFIT_K))
@@ -205,8 +208,14 @@ def main(argv=None) -> int:
     parser.add_argument("--skip", default="", help="not these: op or op:variant, comma separated")
     parser.add_argument("--no-host-overhead", dest="host_overhead", action="store_false",
                         help="skip the eager host-overhead measurements")
+    parser.add_argument("--guided-v7-geometry", default="", metavar="MODE=THREADSxCTAS,...",
+                        help="guided v7's (threads per CTA, CTAs per SM) for these modes, e.g. full_counters=128x4 "
+                             "(a mode not in codegen's V7_GEOMETRY launches its own v7 kernel then)")
     parser.add_argument("--out", default="profiling/results/memory_kernels_h200.json")
     args = parser.parse_args(argv)
+    for item in (i for i in args.guided_v7_geometry.split(",") if i):
+        mode, geometry = item.split("=")
+        codegen_guided.V7_GEOMETRY[mode] = tuple(int(n) for n in geometry.split("x"))
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2

@@ -27,15 +27,20 @@ def test_every_preset_renders_deterministically(preset):
 
 def test_names_are_stable():
     """The default launch (a non-v1 variant since the A/Bs of 2026-11-29) carries its tag; v1 keeps its
-    measured name. guided_fake_quantize: the trainer's call (v6, compact guidance) and v4's kernel for the
-    audit's call (full guidance with counters)."""
+    measured name. guided_fake_quantize (v7): v4's kernel for full guidance with counters, v6's for the
+    trainer's call, v7's for compact guidance with counters and full guidance without."""
     names = [s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"), MY_OPS)]
-    assert guided_fake_quantize.VARIANT == "v6"
+    assert guided_fake_quantize.VARIANT == "v7"
     assert names == [
         "nvfp4_guided_fake_quantize_bf16_v4_d128_sm90a", "nvfp4_guided_fake_quantize_bf16_v4_d2048_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v4_d768_sm90a", "nvfp4_guided_fake_quantize_bf16_v6_compact_d128_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v6_compact_d2048_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v6_compact_d768_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v7_compact_counters_d128_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v7_compact_counters_d2048_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v7_compact_counters_d768_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v7_full_d128_sm90a", "nvfp4_guided_fake_quantize_bf16_v7_full_d2048_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v7_full_d768_sm90a",
         "nvfp4_quantize_bf16_v2_d128_sm90a",
         "nvfp4_quantize_bf16_v2_d2048_sm90a", "nvfp4_quantize_bf16_v2_d768_sm90a", "nvfp4_refit_weights_bf16_v2_sm90a"]
     assert quantize.spec("f32", 16, "v1").name == "nvfp4_quantize_f32_d16_sm90a"
@@ -148,6 +153,8 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
     specs = [quantize.spec("bf16", 64), guided_fake_quantize.spec("f32", 16), refit_weights.spec("f16"),
              quantize.spec("f16", 32, "v2"), guided_fake_quantize.spec("bf16", 16, "v2"),
              guided_fake_quantize.spec("bf16", 32, "v6"), guided_fake_quantize.spec("f16", 32, "v6"),
+             guided_fake_quantize.spec("bf16", 32, "v7", "compact_counters"),
+             guided_fake_quantize.spec("f16", 32, "v7", "full"),
              refit_weights.spec("f32", "v2"), refit_weights.spec("bf16", "v3")]
     entries = jit.build_all(specs, jobs=2)
     for spec, entry in zip(specs, entries):
@@ -173,6 +180,23 @@ def test_guided_compact_only_variants():
     assert not g.spec("bf16", 2048, "v4").launch["fill_sms"]
     with pytest.raises(ValueError, match="mode"):
         g.spec("bf16", 2048, "v5", "counters")
+
+
+def test_guided_v7_kernels_per_mode():
+    """v7: a kernel per mode for compact guidance with counters and full guidance without (tables, their
+    own geometry); the trainer's call launches v6's kernel, full guidance with counters v4's."""
+    g = guided_fake_quantize
+    assert g.spec("bf16", 2048, "v7") == g.spec("bf16", 2048, "v6")
+    assert g.spec("bf16", 2048, "v7", "full_counters") == g.spec("bf16", 2048, "v4")
+    for mode, (threads, per_sm) in g.V7_GEOMETRY.items():
+        s = g.spec("bf16", 2048, "v7", mode)
+        assert s.name == f"nvfp4_guided_fake_quantize_bf16_v7_{mode}_d2048_sm90a"
+        assert s.launch["threads"] == threads and s.launch["units_per_cta"] == threads and s.launch["fill_sms"]
+        text = s.render()
+        assert f"__launch_bounds__({threads}, {per_sm})" in text and "guided_fake_quantize_v7.cuh" in text
+        assert f"/*FULL=*/{str(mode.startswith('full')).lower()}" in text
+        assert f"/*COUNT=*/{str(mode.endswith('_counters')).lower()}" in text
+    assert len({g.spec("bf16", 2048, "v7", m).name for m in g.MODES}) == 4
 
 
 def test_quantize_v4_row_limit_and_block_size_names(monkeypatch):

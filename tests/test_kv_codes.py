@@ -75,7 +75,7 @@ def test_device_constants_match_the_encoding():
 
 def test_default_decode_kernel_falls_back_where_mma4_does_not_fit():
     from trace_kernels import attention
-    assert attention.default_variant("nvfp4", 32, 4, 128, 16) == attention.DEFAULT_NVFP4_VARIANT == "mma4"
+    assert attention.default_variant("nvfp4", 32, 4, 128, 16) == attention.DEFAULT_NVFP4_VARIANT == "mma4l"
     assert attention.default_variant("nvfp4", 32, 4, 128, 8) == attention.NVFP4_FALLBACK_VARIANT  # pages < 16 tokens
     assert attention.default_variant("nvfp4", 64, 32, 128, 16) == attention.NVFP4_FALLBACK_VARIANT  # 64 warps per CTA
     assert attention.default_variant("bf16", 32, 4, 128, 16) == attention.DEFAULT_BF16_VARIANT

@@ -388,7 +388,9 @@ def _ge_pairs(a: np.ndarray, t) -> np.ndarray:
     return out
 
 
-def _v6_pairs(w: np.ndarray, guide: np.ndarray, consts) -> np.ndarray:
+def _table_pairs(w: np.ndarray, g4: np.ndarray, g2_of, g3_of, consts) -> np.ndarray:
+    """guided_pair_tables<__nv_bfloat16> on words of two lanes; g*: the levels' guidance masks (g2_of(k2),
+    g3_of(k2, k1) for full guidance, as in guided_pair_v3)."""
     a_t, b_t, out_t, _ = consts
     pair = lambda v: np.uint32(v * 0x10001)  # noqa: E731  v3's 16-bit pairs, both halves equal
     halves = lambda x, y: np.uint32((int(x) & 0xFFFF) | (int(y) & 0xFFFF0000))  # noqa: E731
@@ -399,13 +401,19 @@ def _v6_pairs(w: np.ndarray, guide: np.ndarray, consts) -> np.ndarray:
     odd = (halves(pair(out_t[1]), pair(out_t[3])), pair(out_t[3]) + np.uint32(step2and4))
     sel3 = lambda m, x, y: (m & x) | (~m & y)  # noqa: E731  select_bits
     a = w & np.uint32(0x7FFF7FFF)
-    k2 = _ge_pairs(a, sel3(guide, pair(a_t[4]), pair(b_t[3])))
-    k1 = _ge_pairs(a, sel3(guide, sel3(k2, pair(a_t[6]), pair(a_t[2])), sel3(k2, pair(b_t[5]), pair(b_t[1]))))
+    k2 = _ge_pairs(a, sel3(g4, pair(b_t[3]), pair(a_t[4])))
+    g2 = g2_of(k2)
+    k1 = _ge_pairs(a, sel3(g2, sel3(k2, pair(b_t[5]), pair(b_t[1])), sel3(k2, pair(a_t[6]), pair(a_t[2]))))
     q = (k2 & np.uint32(0x00440044)) | (k1 & np.uint32(0x00220022))
     sel = q | (q >> np.uint32(8)) | np.uint32(0x1010)
-    k0 = _ge_pairs(a, sel3(guide, _prmt(*lower, sel), _prmt(*upper, sel)))
+    k0 = _ge_pairs(a, sel3(g3_of(k2, k1), _prmt(*lower, sel), _prmt(*upper, sel)))
     value = sel3(k0, _prmt(*odd, sel), _prmt(*even, sel))
     return value & (w | np.uint32(0x7FFF7FFF))
+
+
+def _v6_pairs(w: np.ndarray, guide: np.ndarray, consts) -> np.ndarray:
+    """Compact guidance: guide all ones in a lane whose bit is 1."""
+    return _table_pairs(w, ~guide, lambda k2: ~guide, lambda k2, k1: guide, consts)
 
 
 def test_guided_v6_table_search_matches_the_reference_on_every_bf16():
@@ -423,6 +431,38 @@ def test_guided_v6_table_search_matches_the_reference_on_every_bf16():
         assert np.array_equal(got & 0xFFFF, np.where(bits[0] == 1, want[1], want[0])), f"low lane, d={d}"
         high = np.where(bits[1] == 1, want[1][partner], want[0][partner])
         assert np.array_equal(got >> 16, high), f"high lane, d={d}"
+
+
+def test_guided_v7_full_guidance_table_search_matches_the_reference_on_every_bf16():
+    """guided_pair_tables with full guidance (v7): each lane with its own rollout code, every finite BF16
+    pattern in both lanes, every step of _V3_STEPS."""
+    w = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    w = w[(w & 0x7F80) != 0x7F80]
+    x = torch.from_numpy(w.astype(np.int16)).view(torch.bfloat16).reshape(-1, 16)
+    partner = np.roll(np.arange(w.size), 12345)
+    codes = np.random.default_rng(6).integers(0, 16, size=(2, w.size)).astype(np.uint32)
+    words = w.astype(np.uint32) | (w[partner].astype(np.uint32) << 16)
+    # guided_block_v3's prmt: the code at bits 12..15 of each lane, xor x's sign
+    z = (codes[0] << 12 | codes[1] << 28) ^ (words & np.uint32(0x80008000))
+    ge_j = lambda j: _ge_pairs(z, np.uint32((j << 12) * 0x10001))  # noqa: E731
+    j2_of = lambda k2: (k2 & np.uint32(0x60006000)) | (~k2 & np.uint32(0x20002000))  # noqa: E731
+    g2_of = lambda k2: _ge_pairs(z, j2_of(k2))  # noqa: E731
+    g3_of = lambda k2, k1: _ge_pairs(z, j2_of(k2) - np.uint32(0x10001000) + (k1 & np.uint32(0x20002000)))  # noqa: E731
+    for b, s in _V3_STEPS:
+        d = _f32(float(torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).float()) * _f32(s))
+        got = _table_pairs(words, ge_j(4), g2_of, g3_of, _v3_block_constants(d))
+        want = np.stack([_guided_reference_bf16(x, b, s, code=c)[0] for c in range(16)])  # [code, N]
+        assert np.array_equal(got & 0xFFFF, want[codes[0], np.arange(w.size)]), f"low lane, d={d}"
+        assert np.array_equal(got >> 16, want[codes[1], partner]), f"high lane, d={d}"
+
+
+def test_guided_v3_bf16_midpoints_are_moved_by_the_exponent():
+    """guided_block_v3<__nv_bfloat16> forms the round-to-nearest thresholds at 2.5, 5 and 3.5 from those at
+    1.25 and 1.75 by exponent steps: exact over v3's range of d."""
+    for b, s in _V3_STEPS:
+        d = _f32(float(torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).float()) * _f32(s))
+        mids = _v3_block_constants(d)[3]
+        assert (mids[4], mids[6], mids[5]) == (mids[2] + _EXP, mids[2] + 2 * _EXP, mids[3] + _EXP), f"d={d}"
 
 
 def test_pipelined_variants_specs_and_sources():

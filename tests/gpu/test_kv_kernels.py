@@ -111,8 +111,8 @@ def _decode_case(cache_format, lengths, hq, hkv, d, p):
 
 
 KERNELS = [("nvfp4", "simt"), ("nvfp4", "mma"), ("nvfp4", "mma2"), ("nvfp4", "mma3"), ("nvfp4", "mma4"),
-           ("bf16", "simt"), ("bf16", "mma")]
-NVFP4_VARIANTS = ["simt", "mma", "mma2", "mma3", "mma4"]
+           ("nvfp4", "mma4l"), ("bf16", "simt"), ("bf16", "mma")]
+NVFP4_VARIANTS = ["simt", "mma", "mma2", "mma3", "mma4", "mma4l"]
 # every occupancy configuration: mma2 / mma3 (one kv head per CTA) and mma4 (whole pages per CTA)
 SWEEP_VARIANTS = decode_attention_codegen.MMA2_SWEEP_VARIANTS + decode_attention_codegen.MMA4_SWEEP_VARIANTS
 
@@ -220,7 +220,7 @@ def test_sweep_config_growing_scores(variant):
 
 
 @pytest.mark.parametrize("num_splits", [None, 3])
-@pytest.mark.parametrize("variant", ["mma2", "mma4", "mma4_w1s2", "mma4_w4s2"])
+@pytest.mark.parametrize("variant", ["mma2", "mma4", "mma4l", "mma4_w1s2", "mma4_w4s2"])
 @pytest.mark.parametrize("lengths,hq,hkv,d,p", [([70, 1, 1000, 33], 32, 4, 128, 16), ([100, 5, 31], 8, 1, 64, 64)])
 def test_decode_ignores_bytes_past_the_end(variant, lengths, hq, hkv, d, p, num_splits):
     """Slots past a sequence's end hold 0xFF (NaN block and row scales) and the block table past its

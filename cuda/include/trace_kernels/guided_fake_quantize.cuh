@@ -39,7 +39,7 @@ struct GuidedConfig {
   static_assert(VARIANT_ >= 1 && VARIANT_ <= 3, "variants: 1, 2, 3");
   static constexpr int kSlots = KSLOTS_;  // half blocks per thread
   static constexpr int kHalfBlocksPerRow = D / 8;
-  static constexpr bool kTables = false;  // v6's table search (guided_pair_v6) for compact guidance
+  static constexpr bool kTables = false;  // v6 / v7's table search (guided_pair_tables)
   static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
   static_assert(CTA % 32 == 0, "whole warps");
 };
@@ -427,8 +427,15 @@ __device__ __forceinline__ GuidedBlockV3 guided_block_v3(float d, bool count) {
   }
   if (count) {
     const E2M1Thresholds t = e2m1_thresholds(d);
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {  // 2.5, 5 and 3.5: 1.25 and 1.75 moved (as above)
+      constexpr uint32_t e = kV3Bf16ExponentStep;
 #pragma unroll
-    for (int i = 0; i < 7; ++i) c.mid[i] = Pair16<T>::round_up_pair(t.x[i]);
+      for (int i = 0; i < 4; ++i) c.mid[i] = Pair16<T>::round_up_pair(t.x[i]);
+      c.mid[4] = c.mid[2] + e;  c.mid[6] = c.mid[2] + 2 * e;  c.mid[5] = c.mid[3] + e;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 7; ++i) c.mid[i] = Pair16<T>::round_up_pair(t.x[i]);
+    }
   }
   return c;
 }
@@ -437,6 +444,33 @@ __device__ __forceinline__ GuidedBlockV3 guided_block_v3(float d, bool count) {
 struct GuidedCountsV3 {
   uint32_t changed = 0, guided_eq = 0, nearest_eq = 0;
 };
+
+// The audit counters of two elements (packed, one per 16-bit lane) from the guided search's masks
+// k2, k1, k0 (m's index bits) and the guidance masks g4, g2, g3 of its three levels (full guidance).
+template <typename T, bool kFull>
+__device__ __forceinline__ void guided_count_pair(uint32_t a, uint32_t guide, const GuidedBlockV3& c, uint32_t k2,
+                                                  uint32_t k1, uint32_t k0, uint32_t g4, uint32_t g2, uint32_t g3,
+                                                  GuidedCountsV3& n) {
+  // round-to-nearest's parity (its index differs from the guided one by at most 1, so the
+  // indices differ exactly when their mantissa bits do)
+  const uint32_t n2 = Pair16<T>::ge(a, c.mid[3]);
+  const uint32_t n1 = Pair16<T>::ge(a, select_bits(n2, c.mid[5], c.mid[1]));
+  const uint32_t n0 = Pair16<T>::ge(
+      a, select_bits(n2, select_bits(n1, c.mid[6], c.mid[4]), select_bits(n1, c.mid[2], c.mid[0])));
+  const uint32_t changed = (n0 ^ k0) & 0x00010001u;
+  n.changed += changed;
+  if (kFull) {
+    // chosen == rollout: the search made the same decision for m and for r at every level, and
+    // no nonzero rollout code of the other sign (z >= -(bits 0x0FFF) unless its index is nonzero
+    // with a sign mismatch; the bits below 12 are not zero, so z >= 0 would not do)
+    const uint32_t differs = (k2 ^ g4) | (k1 ^ g2) | (k0 ^ g3);
+    const uint32_t sign_ok = Pair16<T>::ge(guide, 0x8FFF8FFFu);
+    const uint32_t guided_eq = sign_ok & ~differs & 0x00010001u;
+    n.guided_eq += guided_eq;
+    // nearest == rollout: nearest lies in [floor, ceil] and chosen = clamp(r, floor, ceil)
+    n.nearest_eq += guided_eq & ~changed;
+  }
+}
 
 // Two elements (one 32-bit word w) -> their outputs as a 16-bit pair.
 // guide: compact: a mask, all ones in a half whose guidance bit is 1; full: the rollout code as a
@@ -465,27 +499,7 @@ __device__ __forceinline__ uint32_t guided_pair_v3(uint32_t w, uint32_t guide, c
   const uint32_t value = select_bits(k2, select_bits(k1, select_bits(k0, c.out[7], c.out[6]),
                                                      select_bits(k0, c.out[5], c.out[4])),
                                      select_bits(k1, select_bits(k0, c.out[3], c.out[2]), k0 & c.out[1]));
-  if (count) {
-    // round-to-nearest's parity (its index differs from the guided one by at most 1, so the
-    // indices differ exactly when their mantissa bits do)
-    const uint32_t n2 = Pair16<T>::ge(a, c.mid[3]);
-    const uint32_t n1 = Pair16<T>::ge(a, select_bits(n2, c.mid[5], c.mid[1]));
-    const uint32_t n0 = Pair16<T>::ge(
-        a, select_bits(n2, select_bits(n1, c.mid[6], c.mid[4]), select_bits(n1, c.mid[2], c.mid[0])));
-    const uint32_t changed = (n0 ^ k0) & 0x00010001u;
-    n.changed += changed;
-    if (kFull) {
-      // chosen == rollout: the search made the same decision for m and for r at every level, and
-      // no nonzero rollout code of the other sign (z >= -(bits 0x0FFF) unless its index is nonzero
-      // with a sign mismatch; the bits below 12 are not zero, so z >= 0 would not do)
-      const uint32_t differs = (k2 ^ g4) | (k1 ^ g2) | (k0 ^ g3);
-      const uint32_t sign_ok = Pair16<T>::ge(guide, 0x8FFF8FFFu);
-      const uint32_t guided_eq = sign_ok & ~differs & 0x00010001u;
-      n.guided_eq += guided_eq;
-      // nearest == rollout: nearest lies in [floor, ceil] and chosen = clamp(r, floor, ceil)
-      n.nearest_eq += guided_eq & ~changed;
-    }
-  }
+  if (count) guided_count_pair<T, kFull>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
   return value & (w | 0x7fff7fffu);
 }
 
@@ -497,7 +511,7 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select
 }
 
 // ---------------------------------------------------------------------------------------------
-// v6 (compact guidance): v3's search with its third level and its output picked by prmt
+// v6 / v7: v3's search with its third level and its output picked by prmt
 // ---------------------------------------------------------------------------------------------
 //
 // v3's third level selects 1 of 8 thresholds and its output 1 of 8 values by trees of 7 LOP3 each.
@@ -505,7 +519,8 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select
 // table per guidance bit (thresholds B_{j-1} / A_j at j = 2q + 1) and per k0 (outputs m = 2q,
 // 2q + 1). A table is 8 bytes in two registers, entry q at bytes 2q, 2q + 1, and one prmt picks
 // an entry per lane: 4 instructions build the selector, then 2 prmt + 1 select replace each tree
-// (20 instead of 24 per pair of elements). The thresholds and outputs are v3's.
+// (20 instead of 24 per pair of elements). The thresholds and outputs are v3's. v6 uses them for
+// compact guidance without counters, v7 for full guidance and the counted modes as well.
 
 // Two 4-entry tables of 16-bit values per choice: {lo, hi} registers, entry q at bytes 2q, 2q + 1.
 struct GuidedTablesV6 {
@@ -544,20 +559,30 @@ __device__ __forceinline__ GuidedTablesV6 guided_tables_v6(const GuidedBlockV3& 
   return t;
 }
 
-// v3's compact search and output for two elements; guide: all ones in a half whose bit is 1.
-template <typename T>
-__device__ __forceinline__ uint32_t guided_pair_v6(uint32_t w, uint32_t guide, const GuidedBlockV3& c,
-                                                   const GuidedTablesV6& t) {
+// v3's search and output for two elements with the third level and the output from the tables
+// (guide as in guided_pair_v3); the counters as v3 counts them (v7: full guidance, counters).
+template <typename T, bool kFull>
+__device__ __forceinline__ uint32_t guided_pair_tables(uint32_t w, uint32_t guide, const GuidedBlockV3& c,
+                                                       const GuidedTablesV6& t, bool count, GuidedCountsV3& n) {
   const uint32_t a = w & 0x7fff7fffu;
-  const uint32_t k2 = Pair16<T>::ge(a, select_bits(guide, c.a[4], c.b[3]));  // m >= 4
-  const uint32_t k1 =                                                          // m >= 6 | 2
-      Pair16<T>::ge(a, select_bits(guide, select_bits(k2, c.a[6], c.a[2]), select_bits(k2, c.b[5], c.b[1])));
+  // levels 1 and 2: v3's (full guidance compares the rollout's index with each level's j)
+  const uint32_t g4 = kFull ? Pair16<T>::ge(guide, 0x40004000u) : ~guide;
+  // (compact: the same selects written with guide as the mask)
+  const uint32_t k2 =                                                       // m >= 4
+      Pair16<T>::ge(a, kFull ? select_bits(g4, c.b[3], c.a[4]) : select_bits(guide, c.a[4], c.b[3]));
+  const uint32_t j2 = select_bits(k2, 0x60006000u, 0x20002000u);
+  const uint32_t g2 = kFull ? Pair16<T>::ge(guide, j2) : ~guide;
+  const uint32_t upper2 = select_bits(k2, c.a[6], c.a[2]), lower2 = select_bits(k2, c.b[5], c.b[1]);
+  const uint32_t k1 =                                                       // m >= 6 | 2
+      Pair16<T>::ge(a, kFull ? select_bits(g2, lower2, upper2) : select_bits(guide, upper2, lower2));
+  const uint32_t g3 = kFull ? Pair16<T>::ge(guide, j2 - 0x10001000u + (k1 & 0x20002000u)) : guide;
   // prmt selector: nibbles 2 q0, 2 q0 + 1 (the low lane's entry), 2 q1, 2 q1 + 1 (the high lane's)
   const uint32_t q = (k2 & 0x00440044u) | (k1 & 0x00220022u);
   const uint32_t sel = q | (q >> 8) | 0x1010u;
-  const uint32_t k0 = Pair16<T>::ge(                                           // m odd
-      a, select_bits(guide, prmt(t.lower[0], t.lower[1], sel), prmt(t.upper[0], t.upper[1], sel)));
+  const uint32_t k0 = Pair16<T>::ge(                                        // m odd
+      a, select_bits(g3, prmt(t.lower[0], t.lower[1], sel), prmt(t.upper[0], t.upper[1], sel)));
   const uint32_t value = select_bits(k0, prmt(t.odd[0], t.odd[1], sel), prmt(t.even[0], t.even[1], sel));
+  if (count) guided_count_pair<T, kFull>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
   return value & (w | 0x7fff7fffu);  // x's sign on the nonzero outputs (a zero stays +0)
 }
 
@@ -639,7 +664,7 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
     }
     uint32_t o[8];
     GuidedTablesV6 tables;
-    if constexpr (Cfg::kTables && !kFull) tables = guided_tables_v6<T>(c);
+    if constexpr (Cfg::kTables) tables = guided_tables_v6<T>(c);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       uint32_t gp;
@@ -651,13 +676,8 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
         const uint32_t b = (2 * i) & 3;
         gp = prmt(src[i >> 1], 0u, (b | 8) * 0x11 | ((b + 1) | 8) * 0x1100);
       }
-      if constexpr (Cfg::kTables && !kFull) {
-        if (!count) {  // v6 counts nothing: its kernels are launched without counters
-          o[i] = guided_pair_v6<T>(w[i], gp, c, tables);
-          continue;
-        }
-      }
-      o[i] = guided_pair_v3<T, kFull>(w[i], gp, c, count, packed);
+      if constexpr (Cfg::kTables) o[i] = guided_pair_tables<T, kFull>(w[i], gp, c, tables, count, packed);
+      else o[i] = guided_pair_v3<T, kFull>(w[i], gp, c, count, packed);
     }
     *reinterpret_cast<uint4*>(out + blk * 16) = make_uint4(o[0], o[1], o[2], o[3]);
     *reinterpret_cast<uint4*>(out + blk * 16 + 8) = make_uint4(o[4], o[5], o[6], o[7]);

@@ -9,7 +9,11 @@ reduced per CTA, "v4" v3 software-pipelined: the next pass's loads are issued be
 pass is computed (cuda/include/trace_kernels/guided_fake_quantize_v4.cuh), "v5" v4 compiled for the
 trainer's call alone (compact guidance, no counters: its own registers and occupancy; the other modes
 launch v4's kernel), "v6" v5 with v3's third search level and output tree done by prmt table lookups
-(cuda/include/trace_kernels/guided_fake_quantize_v5.cuh). `VARIANT` is what the op launches.
+(cuda/include/trace_kernels/guided_fake_quantize_v5.cuh), "v7" v6's kernel for the trainer's call, a kernel
+of its own for compact guidance with counters and for full guidance without: v4's loop compiled for that
+mode with v6's tables (cuda/include/trace_kernels/guided_fake_quantize_v7.cuh); full guidance with counters
+launches v4's kernel.
+`VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -34,11 +38,18 @@ MODES = ("compact", "compact_counters", "full", "full_counters")  # guidance mod
 # was faster only there (compact with counters slower, full guidance equal); other modes launch v4.
 COMPACT_ONLY = ("v5", "v6")
 COMPACT_ONLY_CTAS_PER_SM = 3  # v5 / v6: 77 registers at 3 CTAs of 256 threads without spills (4: spills)
-VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
-HEADER_SUFFIX = {"v4": "_v4", "v5": "_v5", "v6": "_v5"}  # v1..v3: guided_fake_quantize.cuh
-# the default launch: v6 for the compact call (86.9% / 88.2% of copy at 64 / 256 MB against v4's 74.4% / 74.9%,
-# profiling/results/guided_v5_h200.json), v4's kernel for the other modes (fastest there since 2026-11-29)
-VARIANT = "v6"
+# v7's kernels: (threads per CTA, __launch_bounds__' CTAs per SM) per mode, the most warps without spills (BF16:
+# 96 and 80 registers); FP16 input with full guidance spills at 3 x 256 for some D and takes 5 x 128. Full
+# guidance with counters spills with the tables at any occupancy (the prefetched scale bytes, even at 128
+# registers), so that call stays on v4's kernel.
+V7_GEOMETRY = {"compact_counters": (128, 5), "full": (256, 3)}
+V7_GEOMETRY_F16 = {"compact_counters": (128, 5), "full": (128, 5)}
+VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
+HEADER_SUFFIX = {"v4": "_v4", "v5": "_v5", "v6": "_v5", "v7": "_v7"}  # v1..v3: guided_fake_quantize.cuh
+# the default launch: v7 (profiling/results/guided_v7_h200.json, 64 / 256 MB): v6's kernel for the compact call
+# (87.7% / 87.9% of copy), v7's for compact with counters (68.7% / 70.3%; v4 63.9% / 65.0%) and full guidance
+# without counters (91.6% / 92.0%; v4 79.5% / 79.8%), v4's for full guidance with counters (59.5% / 60.1%)
+VARIANT = "v7"
 
 
 def check_variant(variant: str | None) -> str:
@@ -52,46 +63,54 @@ def mode_of(full: bool, counters: bool) -> str:
 
 def spec(dtype, d: int, variant: str | None = None, mode: str = "compact") -> KernelSpec:
     """The kernel of one call: v1..v4 serve every mode with one kernel; v5 / v6 have a kernel for compact
-    guidance without counters and launch v4's for the other modes."""
+    guidance without counters and launch v4's for the other modes; v7 launches v6's for that call, v4's for
+    full guidance with counters, and has a kernel per mode for the other two."""
     if mode not in MODES:
         raise ValueError(f"{NAME}: mode {mode!r} is not one of {MODES}")
     variant = check_variant(variant)
+    if variant == "v7" and mode not in V7_GEOMETRY:
+        variant = "v6" if mode == MODES[0] else "v4"
     if variant in COMPACT_ONLY and mode != MODES[0]:
         variant = "v4"
-    return _spec(dtype, d, variant)
+    return _spec(dtype, d, variant, mode if variant == "v7" else None)
 
 
 # memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
-def _spec(dtype, d: int, variant: str) -> KernelSpec:
+def _spec(dtype, d: int, variant: str, mode: str | None) -> KernelSpec:
     if d <= 0 or d % 16:
         raise ValueError(f"{NAME}: D={d} must be a positive multiple of 16")
     short = dtype_name(dtype)
     # persistent variants: grid = min(units / units_per_cta, SMs x ctas_per_sm); a unit is a 16-element block
+    cta = CTA
     if variant not in ("v1", "v2"):
         slots, per_sm = {"v3": (V3_SLOTS, V3_CTAS_PER_SM), "v4": (V4_SLOTS, V4_CTAS_PER_SM)}.get(
             variant, (V4_SLOTS, COMPACT_ONLY_CTAS_PER_SM))
+        if variant == "v7":
+            cta, per_sm = (V7_GEOMETRY_F16 if short == "f16" else V7_GEOMETRY)[mode]
         geometry = {"params": {"slots": slots, "min_ctas_per_sm": per_sm},
-                    "launch": {"elements_per_unit": 16, "units_per_cta": CTA * slots, "ctas_per_sm": per_sm,
-                               "fill_sms": variant in COMPACT_ONLY}}  # the grid: the occupancy query's wave
+                    "launch": {"elements_per_unit": 16, "units_per_cta": cta * slots, "ctas_per_sm": per_sm,
+                               "fill_sms": variant in (*COMPACT_ONLY, "v7")}}  # the grid: the occupancy query's wave
     else:  # one pass: a unit is a half block
         geometry = {"params": {"slots": SLOTS, "min_ctas_per_sm": 0},
                     "launch": {"elements_per_unit": 8, "units_per_cta": CTA * SLOTS}}
     return KernelSpec(
         op=NAME,
         name=kernel_name(NAME, *variant_parts(short, variant), *(MODES[:1] if variant in COMPACT_ONLY else ()),
-                         dims={"d": d}),
+                         *((mode,) if mode else ()), dims={"d": d}),
         template=TEMPLATE,
-        params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": CTA, "variant": int(variant[1:]), **geometry["params"]},
-        launch={"threads": CTA, **geometry["launch"]},
+        params={"cuda_type": CUDA_TYPES[short], "d": d, "cta": cta, "variant": int(variant[1:]), **geometry["params"],
+                **({"mode": mode, "full": mode.startswith("full"), "count": mode.endswith("_counters")} if mode else {})},
+        launch={"threads": cta, **geometry["launch"]},
         headers=(f"trace_kernels/guided_fake_quantize{HEADER_SUFFIX.get(variant, '')}.cuh",),
     )
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
-    """The trainer's call (compact guidance, no counters) and the audit's (full guidance, counters)."""
-    specs = {s.name: s for d in quantize_dims(shape) for s in (spec("bf16", d), spec("bf16", d, mode="full_counters"))}
-    return list(specs.values())  # one kernel per D unless VARIANT has a compact-only kernel
+    """The kernels of every mode (the trainer's call: compact guidance without counters; the audits': the
+    others), so an ahead-of-time build needs no JIT for any call."""
+    specs = {s.name: s for d in quantize_dims(shape) for s in (spec("bf16", d, mode=m) for m in MODES)}
+    return list(specs.values())  # by name: one kernel may serve several modes
 
 
 OP = OpCodegen(NAME, specs_for_shape, "trainer x + rollout guidance -> guided fake-quantized x, audit counters")

@@ -1,0 +1,39 @@
+// Guided fake quantization v7 (see guided_fake_quantize.cuh for the op and v1..v3): two audit calls,
+// compact guidance with counters and full guidance without, each in a kernel of its own with v6's
+// table search. v4 serves them from one kernel that branches on the mode at run time, so every call
+// gets the registers of the most demanding path (127: 2 CTAs of 256 per SM), and its third search
+// level and output are trees of LOP3 (guided_pair_v3). v7 compiles one mode per kernel (FULL_, COUNT_
+// fixed) on v4's software-pipelined loop and picks the third level and the output by prmt tables
+// (guided_pair_tables). Results and counters are v3's bit for bit; FP16 input runs v3's loop with the
+// same block function, as in v4. The trainer's call (compact, no counters) launches v6's kernel, full
+// guidance with counters v4's (with the tables it spills at any occupancy; codegen).
+#pragma once
+
+#include "trace_kernels/guided_fake_quantize_v4.cuh"
+
+namespace trace_kernels {
+
+template <typename T_, int D_, int CTA_, int KSLOTS_, bool FULL_, bool COUNT_>
+struct GuidedConfigV7 : GuidedConfigV4<T_, D_, CTA_, KSLOTS_> {
+  static constexpr bool kTables = true;
+  static constexpr bool kFull = FULL_;    // rollout codes (else mantissa bits)
+  static constexpr bool kCount = COUNT_;  // the launch passes counters (else they are not touched)
+};
+
+template <class Cfg>
+__device__ __forceinline__ void guided_fake_quantize_kernel_v7(
+    const typename Cfg::T* __restrict__ x, const float* __restrict__ row_scales,
+    const uint8_t* __restrict__ block_scales, const uint8_t* __restrict__ mantissa_bits,
+    const uint8_t* __restrict__ rollout_codes, typename Cfg::T* __restrict__ out,
+    unsigned long long* __restrict__ counters, int rows, uint32_t* __restrict__ status) {
+  // null constants where the mode has none, so the compiler drops those paths
+  const uint8_t* bits = Cfg::kFull ? nullptr : mantissa_bits;
+  const uint8_t* codes = Cfg::kFull ? rollout_codes : nullptr;
+  unsigned long long* counts = Cfg::kCount ? counters : nullptr;
+  if constexpr (std::is_same<typename Cfg::T, __half>::value)
+    guided_fake_quantize_rows_v3<Cfg, Cfg::kFull>(x, row_scales, block_scales, bits, codes, out, counts, rows, status);
+  else
+    guided_fake_quantize_rows_v4<Cfg, Cfg::kFull>(x, row_scales, block_scales, bits, codes, out, counts, rows, status);
+}
+
+}  // namespace trace_kernels
