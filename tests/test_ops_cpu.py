@@ -364,7 +364,7 @@ def test_guided_v3_threshold_search_matches_the_reference_on_every_bf16():
             assert np.array_equal(guided_eq & ~changed, want_nearest == code_signed(code)), f"nearest_eq, d={d}"
 
 
-# guided v6: guided_pair_v6 and guided_tables_v6<__nv_bfloat16> (guided_fake_quantize.cuh) on 32-bit
+# guided v6 / v7: guided_pair_tables and guided_tables_v6<__nv_bfloat16> (guided_fake_quantize.cuh) on 32-bit
 # words of two BF16 lanes, with prmt.b32 emulated: each lane with its own guidance bit, checked against
 # the reference on every finite BF16 pattern (in both lanes) for every step of _V3_STEPS.
 def _prmt(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:

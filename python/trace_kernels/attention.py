@@ -125,8 +125,8 @@ MAX_SPLITS = 256
 # and within 3% of the best at every case; mma2 was 1.6-1.9x mma. Every GPU test passed. Since the
 # kv_codes layout (2026-12-02): mma4, 5-11% faster than mma2_w2s2 at L >= 32K in two same-run A/Bs
 # (profiling/results/attention_kv_codes_h200.json); mma2_w2s2 takes the shapes mma4 does not. mma4l (mma4
-# with mma3's lazy rescaling) since the occupancy sweep on that layout: 2-3% faster than mma4 at every case
-# of both rounds (profiling/results/attention_kv_codes_sweep_h200.json).
+# with mma3's lazy rescaling) since the occupancy sweep on that layout: 2-3% faster than mma4 at L >= 32K in
+# both rounds, equal within 1.5% at 8 x 8K (profiling/results/attention_kv_codes_sweep_h200.json).
 DEFAULT_NVFP4_VARIANT = "mma4l"
 NVFP4_FALLBACK_VARIANT = "mma2_w2s2"
 DEFAULT_BF16_VARIANT = "mma"

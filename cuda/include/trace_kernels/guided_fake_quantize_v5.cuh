@@ -5,7 +5,7 @@
 // 16 warps per SM for the compact call too. Compiled for that call alone, v4's loop needs 77, and
 // the kernel asks for 3 CTAs of 256 threads per SM (24 warps; codegen COMPACT_ONLY_CTAS_PER_SM).
 // v5: v4's loop and block function (v3's search). v6: the same with v3's third search level and
-// output tree replaced by prmt table lookups (guided_pair_v6). Results are v3's bit for bit; FP16
+// output tree replaced by prmt table lookups (guided_pair_tables). Results are v3's bit for bit; FP16
 // input runs v3's loop, as in v4. The other modes launch v4's kernel (codegen).
 #pragma once
 
