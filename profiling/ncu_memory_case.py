@@ -4,7 +4,7 @@
         python profiling/ncu_memory_case.py quantize:v2 --mb 64
 
 Cases: quantize, quantize+guidance (with the BF16 operand), guided-compact, guided-compact-counters,
-guided-full, refit, kv_append, kv_append+guidance; each optionally `:variant` (kv_append: the
+guided-full (with counters), guided-full-nocounters, refit, kv_append, kv_append+guidance; each optionally `:variant` (kv_append: the
 default NVFP4 variant; the others: the codegen module's VARIANTS). The BF16 input is [rows, 2048] (refit: [E, 1536, 2048])
 of `--mb` MB, as in bench_memory_kernels.py, so the profiled launch is the one the benchmark times.
 """
@@ -45,9 +45,9 @@ def workload(case: str, size: int, kv_variant: str | None = None):
         return lambda: ops.quantize(x, guidance=True, dequant=True)
     if case.startswith("guided-"):
         trainer = x * (1 + 1e-2 * torch.randn_like(x))
-        mode = "full" if case == "guided-full" else "compact"
+        mode = "full" if case.startswith("guided-full") else "compact"
         guidance = nvfp4.make_guidance(ops.quantize(x).q, mode)
-        counters = case != "guided-compact"
+        counters = case in ("guided-compact-counters", "guided-full")
         return lambda: ops.guided_fake_quantize(trainer, guidance, return_counters=counters)
     if case.startswith("kv_append"):  # 256K tokens x 4 kv heads x 128 into NVFP4 pages of 16, shuffled slots
         from trace_kernels import kv_cache

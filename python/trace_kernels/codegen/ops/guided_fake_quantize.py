@@ -43,7 +43,7 @@ COMPACT_ONLY_CTAS_PER_SM = 3  # v5 / v6: 77 registers at 3 CTAs of 256 threads w
 # guidance with counters spills with the tables at any occupancy (the prefetched scale bytes, even at 128
 # registers), so that call stays on v4's kernel.
 V7_GEOMETRY = {"compact_counters": (128, 5), "full": (256, 3)}
-V7_GEOMETRY_F16 = {"compact_counters": (128, 5), "full": (128, 5)}
+V7_GEOMETRY_F16 = {"full": (128, 5)}  # FP16 input: these modes differ from V7_GEOMETRY
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
 HEADER_SUFFIX = {"v4": "_v4", "v5": "_v5", "v6": "_v5", "v7": "_v7"}  # v1..v3: guided_fake_quantize.cuh
 # the default launch: v7 (profiling/results/guided_v7_h200.json, 64 / 256 MB): v6's kernel for the compact call
@@ -87,7 +87,7 @@ def _spec(dtype, d: int, variant: str, mode: str | None) -> KernelSpec:
         slots, per_sm = {"v3": (V3_SLOTS, V3_CTAS_PER_SM), "v4": (V4_SLOTS, V4_CTAS_PER_SM)}.get(
             variant, (V4_SLOTS, COMPACT_ONLY_CTAS_PER_SM))
         if variant == "v7":
-            cta, per_sm = (V7_GEOMETRY_F16 if short == "f16" else V7_GEOMETRY)[mode]
+            cta, per_sm = (V7_GEOMETRY_F16 if short == "f16" else {}).get(mode, V7_GEOMETRY[mode])
         geometry = {"params": {"slots": slots, "min_ctas_per_sm": per_sm},
                     "launch": {"elements_per_unit": 16, "units_per_cta": cta * slots, "ctas_per_sm": per_sm,
                                "fill_sms": variant in (*COMPACT_ONLY, "v7")}}  # the grid: the occupancy query's wave
