@@ -46,7 +46,8 @@ COLD_PATHS = [
     ("const bool fast = c.ok && d != 0.f && !(nonfinite & 0x80008000u);", "const bool fast = true;"),  # guided v3
 ]
 OPTIONAL = ("dequant", "mantissa_bits", "counters", "rollout_codes")
-MODE_ON = {"plain": (), "counters": ("counters",), "outputs": ("dequant", "mantissa_bits"), "all": OPTIONAL}
+MODE_ON = {"plain": (), "counters": ("counters",), "outputs": ("dequant", "mantissa_bits"), "all": OPTIONAL,
+           "full": ("rollout_codes",)}
 INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/")
 
 
@@ -118,19 +119,22 @@ def main(argv=None) -> int:
         cells = {mode: per_element(spec, mode, elements=elements) for mode in ("plain", "outputs")}
         print(f"{spec.name:48s} {report.registers:4d} {report.spill_stores:5d} {report.stack_frame:5d}  "
               + "  ".join(f"{mode} {value:.1f}" for mode, value in cells.items()))
-    for v in guided_fake_quantize.VARIANTS:
-        spec = guided_fake_quantize.spec(args.dtype, args.d, v)
+    labels = {"plain": "compact", "counters": "compact+counters", "all": "full+counters", "full": "full"}
+    # (spec, modes counted): one kernel serves every mode (v1..v4), the trainer's call (v5, v6), or one mode (v7's)
+    guided = [(guided_fake_quantize.spec(args.dtype, args.d, v), ("plain",) if v in guided_fake_quantize.COMPACT_ONLY
+               else ("plain", "counters", "all")) for v in guided_fake_quantize.VARIANTS if v != "v7"]
+    guided += [(guided_fake_quantize.spec(args.dtype, args.d, "v7", mode), (hot,))
+               for mode, hot in (("compact_counters", "counters"), ("full", "full"))]
+    for spec, modes in guided:
         report, _ = compile_spec(spec, shipped, work, None)
         slot_elements = spec.launch["elements_per_unit"]
         pipelined = {"slot_pair": (1, 2), "bodies": 2} if spec.params["variant"] >= 4 else {}  # v4's loop
-        modes = ("plain", "counters", "all")
-        if v in guided_fake_quantize.COMPACT_ONLY:  # compact only; 2 slots would spill at its 3 CTAs per SM
-            modes, pipelined["extra_params"] = ("plain",), {"min_ctas_per_sm": 2}
+        if spec.params["variant"] >= 5:  # 2 slots would spill at their occupancy: count them at 2 CTAs per SM
+            pipelined["extra_params"] = {"min_ctas_per_sm": 2}
         cells = {mode: per_element(spec, mode, slots_param="slots", slot_elements=slot_elements, **pipelined)
                  for mode in modes}
         print(f"{spec.name:48s} {report.registers:4d} {report.spill_stores:5d} {report.stack_frame:5d}  "
-              + "  ".join(f"{ {'plain': 'compact', 'counters': 'compact+counters', 'all': 'full+counters'}[m]} {x:.1f}"
-                          for m, x in cells.items()))
+              + "  ".join(f"{labels[m]} {x:.1f}" for m, x in cells.items()))
     for v in refit_weights.VARIANTS:
         spec = refit_weights.spec(args.dtype, v)
         report, _ = compile_spec(spec, shipped, work, None)
