@@ -67,6 +67,13 @@ ncu_report() {
     "$rep.txt" | head -20
 }
 
+# prebuild_engine_test_models LIMIT LOG: the rollout engine's kernels of the GPU tests' two models
+# (rl/configs/models.toml's tiny-kernels and small) at every decode batch the tests use.
+prebuild_engine_test_models() {
+  timeout "$1" python3 profiling/prebuild_engine_kernels.py "E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64:1,2,4,8,16,32,64,128" \
+    "E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64:1,2,4,8,16,32,64,128" > "$2" 2>&1
+}
+
 # moe_sanitizers DIR LIMIT: memcheck and racecheck (LIMIT s each) on the tiny fused gate_up and down GPU
 # tests over every tiling; logs DIR/sanitizer_{memcheck,racecheck}.log.
 moe_sanitizers() {

@@ -15,11 +15,8 @@ mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/setup.log"
-TINY_KERNELS="E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64"  # rl/configs/models.toml's tiny-kernels and small
-SMALL="E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64"
 
-timeout 200 python3 profiling/prebuild_engine_kernels.py "$TINY_KERNELS:1,2,4,8,16,32,64,128" \
-  "$SMALL:1,2,4,8,16,32,64,128" > "$DIR/build_engine.log" 2>&1 &
+prebuild_engine_test_models 200 "$DIR/build_engine.log" &
 build=$!
 
 run=0

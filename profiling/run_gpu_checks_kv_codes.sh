@@ -25,8 +25,6 @@ mkdir -p "$A"
 source profiling/gpu_env.sh "$A/setup.log"
 tar_on_exit "$A"
 log_machine "$A/setup.log"
-TINY_KERNELS="E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64"  # rl/configs/models.toml's tiny-kernels and small
-SMALL="E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 base_py() { PYTHONPATH=/tmp/site:$PWD/$BASE/python TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_base timeout "$@"; }
 
@@ -44,8 +42,7 @@ if has tests; then
 fi
 
 if has engine; then
-  timeout 150 python3 profiling/prebuild_engine_kernels.py "$TINY_KERNELS:1,2,4,8,16,32,64,128" \
-    "$SMALL:1,2,4,8,16,32,64,128" > "$A/build_engine.log" 2>&1
+  prebuild_engine_test_models 150 "$A/build_engine.log"
   echo "engine prebuild exit: $? (${SECONDS}s)"; tail -1 "$A/build_engine.log"
   gpu_tests $(( $(left) > 300 ? 260 : $(left) - 40 )) "$A/engine_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py \
     tests/rl/test_engine_kernels.py

@@ -24,12 +24,7 @@ __device__ __forceinline__ void guided_fake_quantize_kernel_v5(
     const typename Cfg::T* __restrict__ x, const float* __restrict__ row_scales,
     const uint8_t* __restrict__ block_scales, const uint8_t* __restrict__ mantissa_bits,
     typename Cfg::T* __restrict__ out, int rows, uint32_t* __restrict__ status) {
-  if constexpr (std::is_same<typename Cfg::T, __half>::value)
-    guided_fake_quantize_rows_v3<Cfg, false>(x, row_scales, block_scales, mantissa_bits, nullptr, out, nullptr, rows,
-                                             status);
-  else
-    guided_fake_quantize_rows_v4<Cfg, false>(x, row_scales, block_scales, mantissa_bits, nullptr, out, nullptr, rows,
-                                             status);
+  guided_fake_quantize_kernel_v4<Cfg>(x, row_scales, block_scales, mantissa_bits, nullptr, out, nullptr, rows, status);
 }
 
 }  // namespace trace_kernels

@@ -26,7 +26,8 @@ __device__ __forceinline__ void guided_fake_quantize_kernel_v7(
     const uint8_t* __restrict__ block_scales, const uint8_t* __restrict__ mantissa_bits,
     const uint8_t* __restrict__ rollout_codes, typename Cfg::T* __restrict__ out,
     unsigned long long* __restrict__ counters, int rows, uint32_t* __restrict__ status) {
-  // null constants where the mode has none, so the compiler drops those paths
+  // null constants where the mode has none, so the compiler drops those paths (v4's dispatcher would keep
+  // a run-time branch on rollout_codes, compiling both guidance paths into the full-guidance kernel)
   const uint8_t* bits = Cfg::kFull ? nullptr : mantissa_bits;
   const uint8_t* codes = Cfg::kFull ? rollout_codes : nullptr;
   unsigned long long* counts = Cfg::kCount ? counters : nullptr;
