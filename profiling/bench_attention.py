@@ -81,22 +81,24 @@ def copy_bandwidth(l2: int) -> dict:
     return out
 
 
-def bench_paged(fmt: str, batch: int, length: int, l2: int, max_sets: int = 4, variant: str = "simt") -> dict:
+def bench_paged(fmt: str, batch: int, length: int, l2: int, max_sets: int = 4, variant: str = "simt",
+                num_splits: int | None = None) -> dict:
     per_set = 2 * batch * length * HKV * token_head_bytes(fmt)
     sets = variants_for(per_set, l2, max_sets)
     g = torch.Generator().manual_seed(batch * 7 + length)
     data = [make_set(fmt, batch, length, g) for _ in range(sets)]
     fn = lambda i: attention.decode_attention(data[i]["q"], data[i]["k"], data[i]["v"], data[i]["table"],  # noqa: E731
-                                              data[i]["lengths"], check_values=False, variant=variant)
+                                              data[i]["lengths"], check_values=False, variant=variant,
+                                              num_splits=num_splits)
     ms = time_graph(fn, sets)
     bytes_moved = per_set + 2 * batch * HQ * D * 2
     del data
     torch.cuda.empty_cache()
     return {"ms": ms, "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12, "variant": variant,
-            **launch_geometry(fmt, batch, length, variant)}
+            **launch_geometry(fmt, batch, length, variant, num_splits)}
 
 
-def launch_geometry(fmt: str, batch: int, length: int, variant: str) -> dict:
+def launch_geometry(fmt: str, batch: int, length: int, variant: str, num_splits: int | None = None) -> dict:
     """The launch decode_attention planned for this case: CTAs per SM (occupancy query), splits, grid."""
     from trace_kernels.codegen.ops import decode_attention as codegen
     from trace_kernels.runtime import kernel_for, multiprocessor_count
@@ -106,7 +108,7 @@ def launch_geometry(fmt: str, batch: int, length: int, variant: str) -> dict:
     resident = attention._resident_ctas(kernel, spec.name, 0, spec.launch["threads"], smem)
     ctas_per_split = spec.launch["ctas_per_split"]
     splits, per_split = attention.plan_splits(batch, ctas_per_split, -(-length // P) * P, spec.launch["tile_tokens"],
-                                              resident)
+                                              resident, num_splits)
     return {"kernel": spec.name, "threads": spec.launch["threads"], "stages": spec.launch["stages"],
             "ctas_per_sm": resident // multiprocessor_count(0), "splits": splits, "tiles_per_split": per_split,
             "ctas": batch * ctas_per_split * splits}
@@ -237,7 +239,7 @@ def print_decode_table(rows: list, contenders: list) -> None:
         sdpa = row.get("sdpa_bf16", {})
         if "ms" in sdpa:
             print(f"{row['batch']:>5} {row['length']:>7} | SDPA BF16 {sdpa['ms']:.3f} ms {sdpa['tb_per_s']:.2f} TB/s")
-        for name, _, _ in contenders:
+        for name, *_ in contenders:
             r = row.get(name, {})
             if "ms" in r:
                 print(f"{row['batch']:>5} {row['length']:>7} | {name:>15} {r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s "
@@ -318,6 +320,9 @@ def main() -> None:
                         help="only launch the NVFP4 decode of one case 3 times with the first --nvfp4-variants "
                              "kernel (a driver for ncu) and exit")
     parser.add_argument("--bf16-variants", default="simt,mma", help="comma list of BF16 decode kernels")
+    parser.add_argument("--splits", default="", metavar="S,...",
+                        help="also time each NVFP4 variant at these split counts (num_splits; contender "
+                             "nvfp4_<variant>_s<S>) besides the planned one")
     parser.add_argument("--append-only", action="store_true",
                         help="only kv_append (the --append-variants with and without guidance, BF16) at 64K and 256K tokens")
     parser.add_argument("--append-slots", default="random",
@@ -356,8 +361,10 @@ def main() -> None:
     fill_batch = int(args.fill_gb * GB // (2 * 131072 * HKV * token_head_bytes("nvfp4")))
     cases = list(CASES[:2] if args.quick else CASES) + ([] if args.decode_only else [(fill_batch, 131072)])
     bf16_variants = [v for v in args.bf16_variants.split(",") if v]
-    contenders = [(key("nvfp4", v), "nvfp4", v) for v in nvfp4_variants] + [(key("bf16", v), "bf16", v)
-                                                                             for v in bf16_variants]
+    split_counts = [int(x) for x in args.splits.split(",") if x]
+    contenders = [(key("nvfp4", v), "nvfp4", v, None) for v in nvfp4_variants]
+    contenders += [(f"{key('nvfp4', v)}_s{n}", "nvfp4", v, n) for v in nvfp4_variants for n in split_counts]
+    contenders += [(key("bf16", v), "bf16", v, None) for v in bf16_variants]
     rows = []
     result = {"gpu": props.name, "date": utc_now(),
               "commit": git_commit(), "torch": torch.__version__,
@@ -369,8 +376,9 @@ def main() -> None:
     for batch, length in cases:
         row = {"batch": batch, "length": length}
         sets = 2 if batch == fill_batch else 4
-        runs = [(name, (lambda f=fmt, v=variant: bench_paged(f, batch, length, l2, sets if f == "nvfp4" else 4, v)))
-                for name, fmt, variant in contenders]
+        runs = [(name, (lambda f=fmt, v=variant, n=n: bench_paged(f, batch, length, l2, sets if f == "nvfp4" else 4, v,
+                                                                    n)))
+                for name, fmt, variant, n in contenders]
         for name, fn in runs + [("sdpa_bf16", lambda: bench_sdpa(batch, length, l2))]:
             if batch == fill_batch and not name.startswith("nvfp4"):
                 # the BF16 cache of this batch would need 3.4x the memory; time BF16 at the same bytes instead
@@ -387,7 +395,7 @@ def main() -> None:
                 r["fraction_of_copy"] = r["roofline_ms"] / r["ms"]
             row[name] = r
         if "ms" in row.get("sdpa_bf16", {}):
-            for name, _, _ in contenders:
+            for name, *_ in contenders:
                 if "ms" in row.get(name, {}):
                     row[name]["speedup_vs_sdpa"] = row["sdpa_bf16"]["ms"] / row[name]["ms"]
         rows.append(row)
@@ -415,7 +423,7 @@ def main() -> None:
               f"{f(b, 'ms', '8.3f')} {f(b, 'tb_per_s', '5.2f')} {f(b, 'speedup_vs_sdpa', '6.2f')} | "
               f"{f(bm, 'ms', '8.3f')} {f(bm, 'tb_per_s', '5.2f')} {f(bm, 'speedup_vs_sdpa', '6.2f')} | "
               f"{f(s, 'ms', '8.3f')} {f(s, 'tb_per_s', '5.2f')}")
-    print_decode_table(rows, [(key("nvfp4", v), "nvfp4", v) for v in nvfp4_variants if v not in ("simt", "mma")])
+    print_decode_table(rows, [(key("nvfp4", v),) for v in nvfp4_variants if v not in ("simt", "mma")])
     print_append(append)
     print(f"extend 4 x 1024 new @ 8K: NVFP4 pages {extend['extend_nvfp4_ms']:.2f} ms vs SDPA BF16 "
           f"{extend['sdpa_bf16_contiguous_masked_ms']:.2f} ms ({extend['ratio']:.2f}x)")

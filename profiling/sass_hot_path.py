@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     guided = [(guided_fake_quantize.spec(args.dtype, args.d, v), ("plain",) if v in guided_fake_quantize.COMPACT_ONLY
                else ("plain", "counters", "all")) for v in guided_fake_quantize.VARIANTS if v != "v7"]
     guided += [(guided_fake_quantize.spec(args.dtype, args.d, "v7", mode), (hot,))
-               for mode, hot in (("compact_counters", "counters"), ("full", "full"))]
+               for mode, hot in (("compact_counters", "counters"), ("full", "full"), ("full_counters", "all"))]
     for spec, modes in guided:
         report, _ = compile_spec(spec, shipped, work, None)
         slot_elements = spec.launch["elements_per_unit"]

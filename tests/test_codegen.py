@@ -27,18 +27,19 @@ def test_every_preset_renders_deterministically(preset):
 
 def test_names_are_stable():
     """The default launch (a non-v1 variant since the A/Bs of 2026-11-29) carries its tag; v1 keeps its
-    measured name. guided_fake_quantize (v7): v4's kernel for full guidance with counters, v6's for the
-    trainer's call, v7's for compact guidance with counters and full guidance without."""
+    measured name. guided_fake_quantize (v7): v6's kernel for the trainer's call, v7's for the other modes."""
     names = [s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"), MY_OPS)]
     assert guided_fake_quantize.VARIANT == "v7"
     assert names == [
-        "nvfp4_guided_fake_quantize_bf16_v4_d128_sm90a", "nvfp4_guided_fake_quantize_bf16_v4_d2048_sm90a",
-        "nvfp4_guided_fake_quantize_bf16_v4_d768_sm90a", "nvfp4_guided_fake_quantize_bf16_v6_compact_d128_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v6_compact_d128_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v6_compact_d2048_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v6_compact_d768_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v7_compact_counters_d128_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v7_compact_counters_d2048_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v7_compact_counters_d768_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v7_full_counters_d128_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v7_full_counters_d2048_sm90a",
+        "nvfp4_guided_fake_quantize_bf16_v7_full_counters_d768_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v7_full_d128_sm90a", "nvfp4_guided_fake_quantize_bf16_v7_full_d2048_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v7_full_d768_sm90a",
         "nvfp4_quantize_bf16_v2_d128_sm90a",
@@ -155,6 +156,7 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
              guided_fake_quantize.spec("bf16", 32, "v6"), guided_fake_quantize.spec("f16", 32, "v6"),
              guided_fake_quantize.spec("bf16", 32, "v7", "compact_counters"),
              guided_fake_quantize.spec("f16", 32, "v7", "full"),
+             guided_fake_quantize.spec("bf16", 32, "v7", "full_counters"),
              refit_weights.spec("f32", "v2"), refit_weights.spec("bf16", "v3")]
     entries = jit.build_all(specs, jobs=2)
     for spec, entry in zip(specs, entries):
@@ -183,11 +185,11 @@ def test_guided_compact_only_variants():
 
 
 def test_guided_v7_kernels_per_mode():
-    """v7: a kernel per mode for compact guidance with counters and full guidance without (tables, their
-    own geometry); the trainer's call launches v6's kernel, full guidance with counters v4's."""
+    """v7: a kernel per mode for compact guidance with counters and for full guidance with and without
+    (tables, their own geometry); the trainer's call launches v6's kernel."""
     g = guided_fake_quantize
     assert g.spec("bf16", 2048, "v7") == g.spec("bf16", 2048, "v6")
-    assert g.spec("bf16", 2048, "v7", "full_counters") == g.spec("bf16", 2048, "v4")
+    assert set(g.V7_GEOMETRY) == set(g.MODES[1:])
     for mode, (threads, per_sm) in g.V7_GEOMETRY.items():
         s = g.spec("bf16", 2048, "v7", mode)
         assert s.name == f"nvfp4_guided_fake_quantize_bf16_v7_{mode}_d2048_sm90a"

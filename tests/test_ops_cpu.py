@@ -301,9 +301,11 @@ def _v3_pair_lane(w: np.ndarray, g4, g2_of, g3_of, consts):
     k0 = ge(sel(g3, lower, upper))
     value = sel(k2, sel(k1, sel(k0, out_t[7], out_t[6]), sel(k0, out_t[5], out_t[4])),
                 sel(k1, sel(k0, out_t[3], out_t[2]), sel(k0, out_t[1], 0)))
-    n2 = ge(mids[3])
-    n1 = ge(sel(n2, mids[5], mids[1]))
-    n0 = ge(sel(n2, sel(n1, mids[6], mids[4]), sel(n1, mids[2], mids[0])))
+    # guided_count_pair: nearest's parity as the XOR of its 7 comparisons, each the sign of RN16(|x| - mid_j)
+    # (Pair16::below_signs: fma.rn.bf16x2 |x| * 1 + (-mid_j))
+    below = [np.signbit(torch.from_numpy(a.astype(np.float64) - float(_bf16_value(np.uint16(m))))
+                        .to(torch.bfloat16).float().numpy()) for m in mids]
+    n0 = np.logical_xor.reduce([~b for b in below])
     out = value.astype(np.uint32) & (w.astype(np.uint32) | 0x7FFF)
     return out.astype(np.uint16), (k2, k1, k0), (g4, g2, g3), n0
 

@@ -230,8 +230,8 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
                       [((lambda s: s), params)], smem=smem)
         if splits > 1:
             combine = codegen.combine_spec(d)
-            kernel_for(combine).launch(device, (b * hq,), (combine.launch["threads"],),
-                                       [ptr(o_part), ptr(lse), ptr(out), i32(splits)])
+            kernel_for(combine).launch(device, (b * hq,), (combine.launch["threads"],),  # waits for the decode grid
+                                       [ptr(o_part), ptr(lse), ptr(out), i32(splits)], pdl=True)
     return out
 
 

@@ -28,8 +28,11 @@
 #include <math_constants.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "trace_kernels/kv_codes.cuh"
 #include "trace_kernels/nvfp4.cuh"
+#include "trace_kernels/pdl.cuh"
 
 namespace trace_kernels {
 
@@ -454,24 +457,54 @@ __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
   }
 }
 
-// Merge the splits: out[b, h] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M). One CTA per (b, h),
-// one thread per element of D.
-template <int D>
+// Merge the splits: out[b, h] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M). One CTA of kWarps warps
+// per (b, h): warp w takes splits w, w + kWarps, ... (lane i: elements i * D/32 ..), so each warp has
+// several whole split rows in flight instead of one thread per element walking every split in turn
+// (7.2 us for 4 MB of partials at B = 8, Hq = 32, 32 splits, H200); the warps' sums are added in warp
+// order (deterministic). Launched as a programmatic dependent of the decode kernel: it waits for that
+// grid before its first read.
+template <int D, int kCombineWarps>
 __device__ __forceinline__ void decode_attention_combine(const float* __restrict__ o_part,    // [B*Hq, S, D]
                                                          const float* __restrict__ lse_part,  // [B*Hq, S]
                                                          __nv_bfloat16* __restrict__ out,     // [B*Hq, D]
                                                          int num_splits) {
+  static_assert(D % 64 == 0, "a lane takes D / 32 elements as one 8- or 16-byte load");
+  constexpr int kVec = D / 32;
+  using Vec = typename std::conditional<kVec == 4, float4, float2>::type;
+  __shared__ float partial_num[kCombineWarps][D];
+  __shared__ float partial_den[kCombineWarps];
+  pdl::wait_for_prerequisite_grid();
   const int64_t bh = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* lse = lse_part + bh * num_splits;
   float m = -CUDART_INF_F;
-  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, lse[s]);
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < num_splits; ++s) {
-    const float w = lse[s] == -CUDART_INF_F ? 0.f : exp2f(lse[s] - m);
+  for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, lse[s]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  float num[kVec] = {}, den = 0.f;
+#pragma unroll 4
+  for (int s = warp; s < num_splits; s += kCombineWarps) {
+    const float l = lse[s];
+    const float w = l == -CUDART_INF_F ? 0.f : exp2f(l - m);
+    const Vec v = *reinterpret_cast<const Vec*>(o_part + (bh * num_splits + s) * D + lane * kVec);
+    const float* x = reinterpret_cast<const float*>(&v);
     den += w;
-    num = fmaf(w, o_part[(bh * num_splits + s) * D + threadIdx.x], num);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) num[j] = fmaf(w, x[j], num[j]);
   }
-  out[bh * D + threadIdx.x] = __float2bfloat16_rn(den > 0.f ? num / den : 0.f);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) partial_num[warp][lane * kVec + j] = num[j];
+  if (lane == 0) partial_den[warp] = den;
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += kCombineWarps * 32) {
+    float n = 0.f, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) {
+      n += partial_num[w][d];
+      l += partial_den[w];
+    }
+    out[bh * D + d] = __float2bfloat16_rn(l > 0.f ? n / l : 0.f);
+  }
 }
 
 }  // namespace trace_kernels

@@ -353,7 +353,8 @@ struct GuidedBlockV3 {
   uint32_t a[8];     // a[j] = RU16(A_j), j = 1..7 (a[0] unused)
   uint32_t b[7];     // b[j] = RU16(B_j), j = 0..6
   uint32_t out[8];   // out[m] = RN16(RN32(g_m d)) | sign bits, m = 1..7 (out[0] = 0)
-  uint32_t mid[7];   // round-to-nearest thresholds (packed_thresholds), counters only
+  uint32_t mid[7];   // round-to-nearest thresholds (packed_thresholds), counters only; negated for the
+                     // FMA-pipe count (guided_count_pair)
   bool ok;           // d in the exact range
 };
 
@@ -383,7 +384,7 @@ __device__ __forceinline__ uint32_t grid_threshold_b(float g, float d, float ha_
   return Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(g, d, ha_d)));
 }
 
-template <typename T>
+template <typename T, bool kNegatedMid = false>
 __device__ __forceinline__ GuidedBlockV3 guided_block_v3(float d, bool count) {
   GuidedBlockV3 c;
   c.ok = d >= 0x1p-100f && d < 0x1p17f;
@@ -430,11 +431,13 @@ __device__ __forceinline__ GuidedBlockV3 guided_block_v3(float d, bool count) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {  // 2.5, 5 and 3.5: 1.25 and 1.75 moved (as above)
       constexpr uint32_t e = kV3Bf16ExponentStep;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) c.mid[i] = Pair16<T>::round_up_pair(t.x[i]);
+      for (int i = 0; i < 4; ++i)  // (the exponent steps hold for negated values too: the sign is bit 15)
+        c.mid[i] = kNegatedMid ? Pair16<T>::negated_round_up_pair(t.x[i]) : Pair16<T>::round_up_pair(t.x[i]);
       c.mid[4] = c.mid[2] + e;  c.mid[6] = c.mid[2] + 2 * e;  c.mid[5] = c.mid[3] + e;
     } else {
 #pragma unroll
-      for (int i = 0; i < 7; ++i) c.mid[i] = Pair16<T>::round_up_pair(t.x[i]);
+      for (int i = 0; i < 7; ++i)
+        c.mid[i] = kNegatedMid ? Pair16<T>::negated_round_up_pair(t.x[i]) : Pair16<T>::round_up_pair(t.x[i]);
     }
   }
   return c;
@@ -445,30 +448,55 @@ struct GuidedCountsV3 {
   uint32_t changed = 0, guided_eq = 0, nearest_eq = 0;
 };
 
+// The changed bits of two elements (mask at the sign bits, 15 and 31) given the guided search's m
+// parity k0: round-to-nearest's index differs from the guided one by at most 1, so they differ exactly
+// when their parities do. v3: nearest's parity by a second 3-level search (HSET2 and LOP3, ALU pipe;
+// c.mid positive). v6 / v7 (kFma): nearest's index is the number of its 7 thresholds at or below |x|,
+// so its parity is the XOR of the 7 comparisons, made on the FMA pipe (Pair16::below_signs; c.mid
+// negated), which the search leaves idle.
+template <typename T, bool kFma>
+__device__ __forceinline__ uint32_t nearest_changed_signs(uint32_t a, const GuidedBlockV3& c, uint32_t k0) {
+  if constexpr (kFma) {
+    uint32_t below = ~k0;  // XOR_j (|x| < mid_j) = ~nearest's parity (7 terms), and ~k0
+#pragma unroll
+    for (int j = 0; j < 7; ++j) below ^= Pair16<T>::below_signs(a, c.mid[j]);
+    return below & 0x80008000u;
+  } else {
+    const uint32_t n2 = Pair16<T>::ge(a, c.mid[3]);
+    const uint32_t n1 = Pair16<T>::ge(a, select_bits(n2, c.mid[5], c.mid[1]));
+    const uint32_t n0 = Pair16<T>::ge(
+        a, select_bits(n2, select_bits(n1, c.mid[6], c.mid[4]), select_bits(n1, c.mid[2], c.mid[0])));
+    return (n0 ^ k0) & 0x80008000u;
+  }
+}
+
+// 2^17 in constant memory: with an immediate, ptxas turns add_sign_bits' multiply-add into LEA.HI (ALU pipe)
+static __constant__ uint32_t kSignBitsToLanes = 1u << 17;
+
+// counter + one per set sign bit of `signs` (bits 15, 31 only): (signs * 2^17) >> 32 moves bit 15 to
+// bit 0 and bit 31 to bit 16, in one multiply-add on the FMA pipe (IMAD.HI)
+__device__ __forceinline__ uint32_t add_sign_bits(uint32_t counter, uint32_t signs) {
+  return __umulhi(signs, kSignBitsToLanes) + counter;
+}
+
 // The audit counters of two elements (packed, one per 16-bit lane) from the guided search's masks
 // k2, k1, k0 (m's index bits) and the guidance masks g4, g2, g3 of its three levels (full guidance).
-template <typename T, bool kFull>
+template <typename T, bool kFull, bool kFma>
 __device__ __forceinline__ void guided_count_pair(uint32_t a, uint32_t guide, const GuidedBlockV3& c, uint32_t k2,
                                                   uint32_t k1, uint32_t k0, uint32_t g4, uint32_t g2, uint32_t g3,
                                                   GuidedCountsV3& n) {
-  // round-to-nearest's parity (its index differs from the guided one by at most 1, so the
-  // indices differ exactly when their mantissa bits do)
-  const uint32_t n2 = Pair16<T>::ge(a, c.mid[3]);
-  const uint32_t n1 = Pair16<T>::ge(a, select_bits(n2, c.mid[5], c.mid[1]));
-  const uint32_t n0 = Pair16<T>::ge(
-      a, select_bits(n2, select_bits(n1, c.mid[6], c.mid[4]), select_bits(n1, c.mid[2], c.mid[0])));
-  const uint32_t changed = (n0 ^ k0) & 0x00010001u;
-  n.changed += changed;
+  const uint32_t changed = nearest_changed_signs<T, kFma>(a, c, k0);
+  n.changed = add_sign_bits(n.changed, changed);
   if (kFull) {
     // chosen == rollout: the search made the same decision for m and for r at every level, and
     // no nonzero rollout code of the other sign (z >= -(bits 0x0FFF) unless its index is nonzero
     // with a sign mismatch; the bits below 12 are not zero, so z >= 0 would not do)
     const uint32_t differs = (k2 ^ g4) | (k1 ^ g2) | (k0 ^ g3);
     const uint32_t sign_ok = Pair16<T>::ge(guide, 0x8FFF8FFFu);
-    const uint32_t guided_eq = sign_ok & ~differs & 0x00010001u;
-    n.guided_eq += guided_eq;
+    const uint32_t guided_eq = sign_ok & ~differs & 0x80008000u;
+    n.guided_eq = add_sign_bits(n.guided_eq, guided_eq);
     // nearest == rollout: nearest lies in [floor, ceil] and chosen = clamp(r, floor, ceil)
-    n.nearest_eq += guided_eq & ~changed;
+    n.nearest_eq = add_sign_bits(n.nearest_eq, guided_eq & ~changed);
   }
 }
 
@@ -499,7 +527,7 @@ __device__ __forceinline__ uint32_t guided_pair_v3(uint32_t w, uint32_t guide, c
   const uint32_t value = select_bits(k2, select_bits(k1, select_bits(k0, c.out[7], c.out[6]),
                                                      select_bits(k0, c.out[5], c.out[4])),
                                      select_bits(k1, select_bits(k0, c.out[3], c.out[2]), k0 & c.out[1]));
-  if (count) guided_count_pair<T, kFull>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
+  if (count) guided_count_pair<T, kFull, false>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
   return value & (w | 0x7fff7fffu);
 }
 
@@ -582,7 +610,7 @@ __device__ __forceinline__ uint32_t guided_pair_tables(uint32_t w, uint32_t guid
   const uint32_t k0 = Pair16<T>::ge(                                        // m odd
       a, select_bits(g3, prmt(t.lower[0], t.lower[1], sel), prmt(t.upper[0], t.upper[1], sel)));
   const uint32_t value = select_bits(k0, prmt(t.odd[0], t.odd[1], sel), prmt(t.even[0], t.even[1], sel));
-  if (count) guided_count_pair<T, kFull>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
+  if (count) guided_count_pair<T, kFull, true>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
   return value & (w | 0x7fff7fffu);  // x's sign on the nonzero outputs (a zero stays +0)
 }
 
@@ -642,7 +670,7 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
                                                 GuidedCountsV3& packed) {
   using T = typename Cfg::T;
   if constexpr (sizeof(T) == 2) {
-    const GuidedBlockV3 c = guided_block_v3<T>(d, count);
+    const GuidedBlockV3 c = guided_block_v3<T, Cfg::kTables>(d, count);  // tables: the FMA-pipe count
     // non-finite 16-bit |x| <=> exponent all ones <=> |x| + (lowest exponent bit) carries into bit 15
     constexpr uint32_t kExpLsb = std::is_same<T, __nv_bfloat16>::value ? 0x00800080u : 0x04000400u;
     const uint32_t w[8] = {v[0].raw.x, v[0].raw.y, v[0].raw.z, v[0].raw.w,

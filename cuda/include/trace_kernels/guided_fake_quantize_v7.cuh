@@ -1,12 +1,12 @@
-// Guided fake quantization v7 (see guided_fake_quantize.cuh for the op and v1..v3): two audit calls,
-// compact guidance with counters and full guidance without, each in a kernel of its own with v6's
-// table search. v4 serves them from one kernel that branches on the mode at run time, so every call
+// Guided fake quantization v7 (see guided_fake_quantize.cuh for the op and v1..v3): the audit calls
+// (compact guidance with counters, full guidance with and without), each in a kernel of its own with
+// v6's table search. v4 serves them from one kernel that branches on the mode at run time, so every call
 // gets the registers of the most demanding path (127: 2 CTAs of 256 per SM), and its third search
 // level and output are trees of LOP3 (guided_pair_v3). v7 compiles one mode per kernel (FULL_, COUNT_
 // fixed) on v4's software-pipelined loop and picks the third level and the output by prmt tables
-// (guided_pair_tables). Results and counters are v3's bit for bit; FP16 input runs v3's loop with the
-// same block function, as in v4. The trainer's call (compact, no counters) launches v6's kernel, full
-// guidance with counters v4's (with the tables it spills at any occupancy; codegen).
+// (guided_pair_tables), with the counters' round-to-nearest parity on the FMA pipe (guided_count_pair).
+// Results and counters are v3's bit for bit; FP16 input runs v3's loop with the same block function, as
+// in v4. The trainer's call (compact, no counters) launches v6's kernel (codegen).
 #pragma once
 
 #include "trace_kernels/guided_fake_quantize_v4.cuh"

@@ -109,6 +109,10 @@ __device__ __forceinline__ float half_block_amax(const float (&x)[8]) {
 // Packed path for 16-bit inputs: a bf16/fp16 x satisfies x >= X exactly when x >= RU16(X) (the
 // smallest 16-bit value >= X), so the thresholds become 16-bit pairs and two elements are
 // classified per instruction (HSET2) by a 3-level binary search over the 7 thresholds.
+// below_signs(a, -t) is a second, FMA-pipe form of the comparison (HSET2 issues on the ALU pipe): for
+// 16-bit a >= 0 and t > 0, RN16(a - t) has the sign of a - t, and is +0 exactly when a == t (a
+// nonzero a - t is a multiple of the smallest subnormal, so rounding cannot reach zero, and a flush
+// to zero would keep the sign): its sign bit is set exactly when a < t. Finite a only.
 // ---------------------------------------------------------------------------------------------
 template <typename T>
 struct Pair16;
@@ -121,6 +125,17 @@ struct Pair16<__nv_bfloat16> {
   }
   static __device__ __forceinline__ uint32_t ge(uint32_t a, uint32_t b) {
     return __hge2_mask(Vec8<__nv_bfloat16>::as_pair(a), Vec8<__nv_bfloat16>::as_pair(b));
+  }
+  // -RU16(x) in both halves (RD16(-x))
+  static __device__ __forceinline__ uint32_t negated_round_up_pair(float x) {
+    const __nv_bfloat16 b = __float2bfloat16_rd(-x);
+    return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&b)) * 0x00010001u;
+  }
+  // a + neg_t per half on the FMA pipe: its sign bits (15, 31) say a < t (see Pair16 below)
+  static __device__ __forceinline__ uint32_t below_signs(uint32_t a, uint32_t neg_t) {
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3F803F80u), "r"(neg_t));
+    return r;
   }
   // |w| per half as abs.bf16x2 (not a mask): ptxas may fold it into the compares' operands
   static __device__ __forceinline__ uint32_t abs(uint32_t w) {
@@ -136,6 +151,15 @@ struct Pair16<__half> {
   }
   static __device__ __forceinline__ uint32_t ge(uint32_t a, uint32_t b) {
     return __hge2_mask(Vec8<__half>::as_pair(a), Vec8<__half>::as_pair(b));
+  }
+  static __device__ __forceinline__ uint32_t negated_round_up_pair(float x) {
+    const __half h = __float2half_rd(-x);
+    return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&h)) * 0x00010001u;
+  }
+  static __device__ __forceinline__ uint32_t below_signs(uint32_t a, uint32_t neg_t) {
+    uint32_t r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3C003C00u), "r"(neg_t));
+    return r;
   }
   static __device__ __forceinline__ uint32_t abs(uint32_t w) {
     return Vec8<__half>::bits(__habs2(Vec8<__half>::as_pair(w)));

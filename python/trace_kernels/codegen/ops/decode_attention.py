@@ -15,6 +15,7 @@ from trace_kernels.shapes import ModelShape
 
 NAME = "decode_attention"
 COMBINE_NAME = "decode_attention_combine"
+COMBINE_THREADS = 256  # 8 warps, each a few whole split rows in flight (decode_attention_combine)
 TEMPLATE = "decode_attention.cu.jinja"
 MMA_TEMPLATE = "decode_attention_mma.cu.jinja"
 MMA2_TEMPLATE = "decode_attention_mma2.cu.jinja"
@@ -237,7 +238,7 @@ def combine_spec(head_dim: int) -> KernelSpec:
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"{COMBINE_NAME}: head_dim {head_dim} is not supported (supported: {HEAD_DIMS})")
     return KernelSpec(op=NAME, name=kernel_name(COMBINE_NAME, dims={"d": head_dim}), template=COMBINE_TEMPLATE,
-                      params={"d": head_dim}, launch={"threads": head_dim},
+                      params={"d": head_dim, "threads": COMBINE_THREADS}, launch={"threads": COMBINE_THREADS},
                       headers=("trace_kernels/attention_decode.cuh",))
 
 

@@ -10,9 +10,8 @@ pass is computed (cuda/include/trace_kernels/guided_fake_quantize_v4.cuh), "v5" 
 trainer's call alone (compact guidance, no counters: its own registers and occupancy; the other modes
 launch v4's kernel), "v6" v5 with v3's third search level and output tree done by prmt table lookups
 (cuda/include/trace_kernels/guided_fake_quantize_v5.cuh), "v7" v6's kernel for the trainer's call, a kernel
-of its own for compact guidance with counters and for full guidance without: v4's loop compiled for that
-mode with v6's tables (cuda/include/trace_kernels/guided_fake_quantize_v7.cuh); full guidance with counters
-launches v4's kernel.
+of its own for each other mode: v4's loop compiled for that mode with v6's tables, the counters' nearest
+parity on the FMA pipe (cuda/include/trace_kernels/guided_fake_quantize_v7.cuh).
 `VARIANT` is what the op launches.
 """
 
@@ -39,10 +38,10 @@ MODES = ("compact", "compact_counters", "full", "full_counters")  # guidance mod
 COMPACT_ONLY = ("v5", "v6")
 COMPACT_ONLY_CTAS_PER_SM = 3  # v5 / v6: 77 registers at 3 CTAs of 256 threads without spills (4: spills)
 # v7's kernels: (threads per CTA, __launch_bounds__' CTAs per SM) per mode, the most warps without spills (BF16:
-# 96 and 80 registers); FP16 input with full guidance spills at 3 x 256 for some D and takes 5 x 128. Full
-# guidance with counters spills with the tables at any occupancy (the prefetched scale bytes, even at 128
-# registers), so that call stays on v4's kernel.
-V7_GEOMETRY = {"compact_counters": (128, 5), "full": (256, 3)}
+# 94, 80 and 119 registers); FP16 input with full guidance spills at 3 x 256 for some D and takes 5 x 128.
+# Full guidance with counters spilled with the tables at any occupancy until the counters' nearest-parity
+# search moved to the FMA pipe (guided_count_pair); until then that call ran on v4's kernel.
+V7_GEOMETRY = {"compact_counters": (128, 5), "full": (256, 3), "full_counters": (256, 2)}
 V7_GEOMETRY_F16 = {"full": (128, 5)}  # FP16 input: these modes differ from V7_GEOMETRY
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
 HEADER_SUFFIX = {"v4": "_v4", "v5": "_v5", "v6": "_v5", "v7": "_v7"}  # v1..v3: guided_fake_quantize.cuh
@@ -63,13 +62,13 @@ def mode_of(full: bool, counters: bool) -> str:
 
 def spec(dtype, d: int, variant: str | None = None, mode: str = "compact") -> KernelSpec:
     """The kernel of one call: v1..v4 serve every mode with one kernel; v5 / v6 have a kernel for compact
-    guidance without counters and launch v4's for the other modes; v7 launches v6's for that call, v4's for
-    full guidance with counters, and has a kernel per mode for the other two."""
+    guidance without counters and launch v4's for the other modes; v7 launches v6's for that call and has a
+    kernel per mode for the other three."""
     if mode not in MODES:
         raise ValueError(f"{NAME}: mode {mode!r} is not one of {MODES}")
     variant = check_variant(variant)
-    if variant == "v7" and mode not in V7_GEOMETRY:
-        variant = "v6" if mode == MODES[0] else "v4"
+    if variant == "v7" and mode == MODES[0]:
+        variant = "v6"
     if variant in COMPACT_ONLY and mode != MODES[0]:
         variant = "v4"
     return _spec(dtype, d, variant, mode if variant == "v7" else None)
