@@ -376,9 +376,9 @@ def main() -> None:
     for batch, length in cases:
         row = {"batch": batch, "length": length}
         sets = 2 if batch == fill_batch else 4
-        runs = [(name, (lambda f=fmt, v=variant, n=n: bench_paged(f, batch, length, l2, sets if f == "nvfp4" else 4, v,
-                                                                    n)))
-                for name, fmt, variant, n in contenders]
+        runs = [(name, (lambda f=fmt, v=variant, n=splits: bench_paged(f, batch, length, l2,
+                                                                         sets if f == "nvfp4" else 4, v, n)))
+                for name, fmt, variant, splits in contenders]
         for name, fn in runs + [("sdpa_bf16", lambda: bench_sdpa(batch, length, l2))]:
             if batch == fill_batch and not name.startswith("nvfp4"):
                 # the BF16 cache of this batch would need 3.4x the memory; time BF16 at the same bytes instead

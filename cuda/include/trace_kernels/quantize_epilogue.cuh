@@ -131,7 +131,7 @@ struct Pair16<__nv_bfloat16> {
     const __nv_bfloat16 b = __float2bfloat16_rd(-x);
     return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&b)) * 0x00010001u;
   }
-  // a + neg_t per half on the FMA pipe: its sign bits (15, 31) say a < t (see Pair16 below)
+  // a + neg_t per half on the FMA pipe: its sign bits (15, 31) say a < t (see the comment above Pair16)
   static __device__ __forceinline__ uint32_t below_signs(uint32_t a, uint32_t neg_t) {
     uint32_t r;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3F803F80u), "r"(neg_t));
