@@ -208,9 +208,10 @@ def main(argv=None) -> int:
     parser.add_argument("--skip", default="", help="not these: op or op:variant, comma separated")
     parser.add_argument("--no-host-overhead", dest="host_overhead", action="store_false",
                         help="skip the eager host-overhead measurements")
-    parser.add_argument("--guided-v7-geometry", default="", metavar="MODE=THREADSxCTAS,...",
-                        help="guided v7's (threads per CTA, CTAs per SM) for these modes, e.g. full_counters=128x4 "
-                             "(a mode not in codegen's V7_GEOMETRY launches its own v7 kernel then)")
+    parser.add_argument("--guided-v7-geometry", default="", metavar="MODE=THREADSxCTAS[xSLOTS],...",
+                        help="guided v7's (threads per CTA, CTAs per SM) for these modes, e.g. full_counters=128x4; "
+                             "a third number: v3's loop with that many blocks per thread and pass (codegen's "
+                             "V7_GEOMETRY)")
     parser.add_argument("--out", default="profiling/results/memory_kernels_h200.json")
     args = parser.parse_args(argv)
     for item in (i for i in args.guided_v7_geometry.split(",") if i):

@@ -190,12 +190,14 @@ def test_guided_v7_kernels_per_mode():
     g = guided_fake_quantize
     assert g.spec("bf16", 2048, "v7") == g.spec("bf16", 2048, "v6")
     assert set(g.V7_GEOMETRY) == set(g.MODES[1:])
-    for mode, (threads, per_sm) in g.V7_GEOMETRY.items():
+    for mode, (threads, per_sm, *plain_slots) in g.V7_GEOMETRY.items():
         s = g.spec("bf16", 2048, "v7", mode)
+        slots = plain_slots[0] if plain_slots else g.V4_SLOTS
         assert s.name == f"nvfp4_guided_fake_quantize_bf16_v7_{mode}_d2048_sm90a"
-        assert s.launch["threads"] == threads and s.launch["units_per_cta"] == threads and s.launch["fill_sms"]
+        assert s.launch["threads"] == threads and s.launch["units_per_cta"] == threads * slots and s.launch["fill_sms"]
         text = s.render()
         assert f"__launch_bounds__({threads}, {per_sm})" in text and "guided_fake_quantize_v7.cuh" in text
+        assert f"/*KSLOTS=*/{slots}," in text and f"/*PIPELINED=*/{str(not plain_slots).lower()}>" in text
         assert f"/*FULL=*/{str(mode.startswith('full')).lower()}" in text
         assert f"/*COUNT=*/{str(mode.endswith('_counters')).lower()}" in text
     assert len({g.spec("bf16", 2048, "v7", m).name for m in g.MODES}) == 4

@@ -13,11 +13,13 @@
 
 namespace trace_kernels {
 
-template <typename T_, int D_, int CTA_, int KSLOTS_, bool FULL_, bool COUNT_>
+template <typename T_, int D_, int CTA_, int KSLOTS_, bool FULL_, bool COUNT_, bool PIPELINED_ = true>
 struct GuidedConfigV7 : GuidedConfigV4<T_, D_, CTA_, KSLOTS_> {
   static constexpr bool kTables = true;
   static constexpr bool kFull = FULL_;    // rollout codes (else mantissa bits)
   static constexpr bool kCount = COUNT_;  // the launch passes counters (else they are not touched)
+  // v4's software-pipelined loop (two register sets), else v3's (fewer registers, more warps; FP16: always v3's)
+  static constexpr bool kPipelined = PIPELINED_;
 };
 
 template <class Cfg>
@@ -31,7 +33,7 @@ __device__ __forceinline__ void guided_fake_quantize_kernel_v7(
   const uint8_t* bits = Cfg::kFull ? nullptr : mantissa_bits;
   const uint8_t* codes = Cfg::kFull ? rollout_codes : nullptr;
   unsigned long long* counts = Cfg::kCount ? counters : nullptr;
-  if constexpr (std::is_same<typename Cfg::T, __half>::value)
+  if constexpr (std::is_same<typename Cfg::T, __half>::value || !Cfg::kPipelined)
     guided_fake_quantize_rows_v3<Cfg, Cfg::kFull>(x, row_scales, block_scales, bits, codes, out, counts, rows, status);
   else
     guided_fake_quantize_rows_v4<Cfg, Cfg::kFull>(x, row_scales, block_scales, bits, codes, out, counts, rows, status);

@@ -41,6 +41,9 @@ COMPACT_ONLY_CTAS_PER_SM = 3  # v5 / v6: 77 registers at 3 CTAs of 256 threads w
 # 94, 80 and 119 registers); FP16 input with full guidance spills at 3 x 256 for some D and takes 5 x 128.
 # Full guidance with counters spilled with the tables at any occupancy until the counters' nearest-parity
 # search moved to the FMA pipe (guided_count_pair); until then that call ran on v4's kernel.
+# A third element: v3's loop (no software pipelining, fewer registers) with that many blocks per thread and pass;
+# for compact guidance with counters (80 registers there) 6 x 128 x 1 or 2, 7 x 128 x 2 and 3 x 256 x 2 timed
+# within 1-2% of v4's loop at 5 x 128 on the H200 (profiling/results/guided_plain_loop_h200.json).
 V7_GEOMETRY = {"compact_counters": (128, 5), "full": (256, 3), "full_counters": (256, 2)}
 V7_GEOMETRY_F16 = {"full": (128, 5)}  # FP16 input: these modes differ from V7_GEOMETRY
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
@@ -85,9 +88,12 @@ def _spec(dtype, d: int, variant: str, mode: str | None) -> KernelSpec:
     if variant not in ("v1", "v2"):
         slots, per_sm = {"v3": (V3_SLOTS, V3_CTAS_PER_SM), "v4": (V4_SLOTS, V4_CTAS_PER_SM)}.get(
             variant, (V4_SLOTS, COMPACT_ONLY_CTAS_PER_SM))
+        loop = {}
         if variant == "v7":
-            cta, per_sm = (V7_GEOMETRY_F16 if short == "f16" else {}).get(mode, V7_GEOMETRY[mode])
-        geometry = {"params": {"slots": slots, "min_ctas_per_sm": per_sm},
+            cta, per_sm, *plain_slots = (V7_GEOMETRY_F16 if short == "f16" else {}).get(mode, V7_GEOMETRY[mode])
+            loop = {"pipelined": not plain_slots}
+            slots = plain_slots[0] if plain_slots else slots
+        geometry = {"params": {"slots": slots, "min_ctas_per_sm": per_sm, **loop},
                     "launch": {"elements_per_unit": 16, "units_per_cta": cta * slots, "ctas_per_sm": per_sm,
                                "fill_sms": variant in (*COMPACT_ONLY, "v7")}}  # the grid: the occupancy query's wave
     else:  # one pass: a unit is a half block
