@@ -166,6 +166,28 @@ def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | 
             "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
+def bench_scatter_writes(tokens: int, slots: str) -> dict:
+    """What a scattered write costs without kv_append's arithmetic: torch index_copy_ of the rows kv_append
+    writes per token (K and V: codes, E4M3 block scales, FP32 row scales of Hkv heads) from contiguous sources
+    into NVFP4-sized caches at the same slot pattern (APPEND_SLOTS); bytes = the rows read + written."""
+    pages = -(-tokens // P)
+    row_bytes = (HKV * D // 2, HKV * D // 16, HKV * 4)
+    # 8-byte elements (every row is a multiple of 8 bytes): torch's index kernels move one element per thread
+    dsts = [torch.empty(pages * P, n // 8, dtype=torch.int64, device="cuda") for n in row_bytes for _ in range(2)]
+    srcs = [torch.randint(-2**62, 2**62, (tokens, d.shape[1]), dtype=torch.int64, device="cuda") for d in dsts]
+    maps = [torch.arange(tokens, device="cuda") if slots == "contiguous"
+            else torch.randperm(pages * P, device="cuda")[:tokens].contiguous() for _ in range(2)]
+
+    def fn(i):
+        for dst, src in zip(dsts, srcs):
+            dst.index_copy_(0, maps[i], src)
+
+    ms = time_graph(fn, 2)
+    bytes_moved = 2 * sum(src.numel() * 8 for src in srcs) + tokens * 8
+    return {"contender": "index_copy_ of the written rows", "tokens": tokens, "slots": slots, "ms": ms,
+            "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
+
+
 APPEND_VARIANTS = ("b1", "b2", "b4", "b2_cta128")  # b2_cta128: the default (kv_append.DEFAULT_NVFP4_VARIANT)
 
 
@@ -351,11 +373,16 @@ def main() -> None:
         if any(s not in APPEND_SLOTS for s in patterns):
             parser.error(f"--append-slots: each of {APPEND_SLOTS}")
         append = bench_append_variants(l2, copy_bw, (65536, 262144), args.append_variants.split(","), patterns)
+        scatter = [bench_scatter_writes(262144, s) for s in patterns]
+        for r in scatter:
+            r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
+            print(f"scatter writes ({r['contender']}) {r['tokens']} tokens {r['slots']:>10} slots: {r['ms']:.3f} ms "
+                  f"{r['tb_per_s']:.2f} TB/s ({r['fraction_of_copy']:.0%} of copy)")
         save({"gpu": props.name, "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
               "command": f"python profiling/bench_attention.py --append-only --append-variants {args.append_variants} "
                          f"--append-slots {args.append_slots} --out {args.out}",
               "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
-              "kv_append": append}, args.out)
+              "kv_append": append, "scatter_writes": scatter}, args.out)
         print_append(append)
         return
     fill_batch = int(args.fill_gb * GB // (2 * 131072 * HKV * token_head_bytes("nvfp4")))
