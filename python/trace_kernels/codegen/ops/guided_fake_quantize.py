@@ -48,9 +48,9 @@ V7_GEOMETRY = {"compact_counters": (128, 5), "full": (256, 3), "full_counters": 
 V7_GEOMETRY_F16 = {"full": (128, 5)}  # FP16 input: these modes differ from V7_GEOMETRY
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
 HEADER_SUFFIX = {"v4": "_v4", "v5": "_v5", "v6": "_v5", "v7": "_v7"}  # v1..v3: guided_fake_quantize.cuh
-# the default launch: v7 (profiling/results/guided_v7_h200.json, 64 / 256 MB): v6's kernel for the compact call
-# (87.7% / 87.9% of copy), v7's for compact with counters (68.7% / 70.3%; v4 63.9% / 65.0%) and full guidance
-# without counters (91.6% / 92.0%; v4 79.5% / 79.8%), v4's for full guidance with counters (59.5% / 60.1%)
+# the default launch: v7 (profiling/results/guided_v7_h200.json and guided_fma_h200.json, 64 / 256 MB): v6's
+# kernel for the compact call (87-88% of copy), v7's for compact with counters (70-71%; v4 64-65%), full guidance
+# without counters (90-92%; v4 80%) and full guidance with counters (63-65%; v4 60%)
 VARIANT = "v7"
 
 
