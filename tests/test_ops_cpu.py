@@ -302,7 +302,7 @@ def _v3_pair_lane(w: np.ndarray, g4, g2_of, g3_of, consts):
     value = sel(k2, sel(k1, sel(k0, out_t[7], out_t[6]), sel(k0, out_t[5], out_t[4])),
                 sel(k1, sel(k0, out_t[3], out_t[2]), sel(k0, out_t[1], 0)))
     # guided_count_pair: nearest's parity as the XOR of its 7 comparisons, each the sign of RN16(|x| - mid_j)
-    # (Pair16::below_signs: fma.rn.bf16x2 |x| * 1 + (-mid_j))
+    # (below_signs in quantize_epilogue.cuh: fma.rn.bf16x2 |x| * 1 + (-mid_j))
     below = [np.signbit(torch.from_numpy(a.astype(np.float64) - float(_bf16_value(np.uint16(m))))
                         .to(torch.bfloat16).float().numpy()) for m in mids]
     n0 = np.logical_xor.reduce([~b for b in below])

@@ -452,14 +452,14 @@ struct GuidedCountsV3 {
 // parity k0: round-to-nearest's index differs from the guided one by at most 1, so they differ exactly
 // when their parities do. v3: nearest's parity by a second 3-level search (HSET2 and LOP3, ALU pipe;
 // c.mid positive). v6 / v7 (kFma): nearest's index is the number of its 7 thresholds at or below |x|,
-// so its parity is the XOR of the 7 comparisons, made on the FMA pipe (Pair16::below_signs; c.mid
+// so its parity is the XOR of the 7 comparisons, made on the FMA pipe (below_signs; c.mid
 // negated), which the search leaves idle.
 template <typename T, bool kFma>
 __device__ __forceinline__ uint32_t nearest_changed_signs(uint32_t a, const GuidedBlockV3& c, uint32_t k0) {
   if constexpr (kFma) {
     uint32_t below = ~k0;  // XOR_j (|x| < mid_j) = ~nearest's parity (7 terms), and ~k0
 #pragma unroll
-    for (int j = 0; j < 7; ++j) below ^= Pair16<T>::below_signs(a, c.mid[j]);
+    for (int j = 0; j < 7; ++j) below ^= below_signs<T>(a, c.mid[j]);
     return below & 0x80008000u;
   } else {
     const uint32_t n2 = Pair16<T>::ge(a, c.mid[3]);

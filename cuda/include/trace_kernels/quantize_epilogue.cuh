@@ -131,12 +131,6 @@ struct Pair16<__nv_bfloat16> {
     const __nv_bfloat16 b = __float2bfloat16_rd(-x);
     return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&b)) * 0x00010001u;
   }
-  // a + neg_t per half on the FMA pipe: its sign bits (15, 31) say a < t (see the comment above Pair16)
-  static __device__ __forceinline__ uint32_t below_signs(uint32_t a, uint32_t neg_t) {
-    uint32_t r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3F803F80u), "r"(neg_t));
-    return r;
-  }
   // |w| per half as abs.bf16x2 (not a mask): ptxas may fold it into the compares' operands
   static __device__ __forceinline__ uint32_t abs(uint32_t w) {
     return Vec8<__nv_bfloat16>::bits(__habs2(Vec8<__nv_bfloat16>::as_pair(w)));
@@ -156,15 +150,19 @@ struct Pair16<__half> {
     const __half h = __float2half_rd(-x);
     return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&h)) * 0x00010001u;
   }
-  static __device__ __forceinline__ uint32_t below_signs(uint32_t a, uint32_t neg_t) {
-    uint32_t r;
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3C003C00u), "r"(neg_t));
-    return r;
-  }
   static __device__ __forceinline__ uint32_t abs(uint32_t w) {
     return Vec8<__half>::bits(__habs2(Vec8<__half>::as_pair(w)));
   }
 };
+
+// a * 1 + neg_t per 16-bit half on the FMA pipe: its sign bits (15, 31) say a < t (see the comment above
+// Pair16)
+template <typename T>
+__device__ __forceinline__ uint32_t below_signs(uint32_t a, uint32_t neg_t) {
+  using V = Vec8<T>;
+  constexpr uint32_t kOnes = std::is_same<T, __half>::value ? 0x3C003C00u : 0x3F803F80u;
+  return V::bits(__hfma2(V::as_pair(a), V::as_pair(kOnes), V::as_pair(neg_t)));
+}
 
 __device__ __forceinline__ uint32_t select_bits(uint32_t mask, uint32_t a, uint32_t b) { return (mask & a) | (~mask & b); }
 
