@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from trace_kernels import jit, shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
+from trace_kernels.jit import compiler
 
 EXTRA_TILES = codegen.EXTRA_TILES
 
@@ -33,10 +34,14 @@ def main() -> int:
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         entries = list(pool.map(jit.build, specs.values()))
+    serialized = []
     for spec, entry in zip(specs.values(), entries):
         report = (entry.folder / "ptxas.txt").read_text()
         lines = [ln.strip() for ln in report.splitlines() if "registers" in ln or "stack frame" in ln]
         print(spec.name, entry.cubin, "|", " | ".join(lines))
+        if compiler.parse_ptxas(report).wgmma_serialized:
+            serialized.append(spec.name)
+    print(f"serialized wgmma (ptxas C751x) in {len(serialized)} kernels: {serialized}")
     print(f"built {len(specs)} kernels in {time.time() - t0:.1f} s")
     return 0
 

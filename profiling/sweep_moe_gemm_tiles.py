@@ -11,6 +11,7 @@ random routing per T. Candidates that do not fit (shared memory) are skipped wit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -31,8 +32,6 @@ def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
     for variant, tn, st, mb, wg, pf, ov, cps, mt in itertools.product(*(grid[k] for k in keys)):
         if variant == "v1" and mt != 1:  # ws-only knob
             continue
-        if variant == "v1" and cps > 1 and ov:  # v1 overlaps one chunk at a time
-            continue
         if mt > 1 and ov:  # ws: two m tiles overlap within the stage instead
             continue
         if mt * tn > 256:  # accumulators alone would pass the consumer's register budget
@@ -45,6 +44,22 @@ def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
         if (codegen.smem_bytes(tile, wg, experts) + 1024) * mb <= 228 * 1024:  # min_blocks CTAs must fit an SM
             out.append(tile)
     return out
+
+
+def explicit_tiles(text: str) -> list[codegen.TileConfig]:
+    """'field=value,...;...' -> TileConfigs (ints; variant as text; booleans as 0/1)."""
+    types = {f.name: f.type for f in dataclasses.fields(codegen.TileConfig)}
+    tiles = []
+    for entry in filter(None, (e.strip() for e in text.split(";"))):
+        fields = {}
+        for item in entry.split(","):
+            key, _, value = item.partition("=")
+            if key not in types:
+                raise ValueError(f"--tiles: unknown TileConfig field {key!r} in {entry!r}")
+            kind = types[key] if isinstance(types[key], str) else types[key].__name__
+            fields[key] = value if kind == "str" else bool(int(value)) if kind == "bool" else int(value)
+        tiles.append(codegen.TileConfig(**fields))
+    return tiles
 
 
 def main(argv=None) -> int:
@@ -63,6 +78,9 @@ def main(argv=None) -> int:
     parser.add_argument("--kinds", default="gate_up_swiglu,down_routed",
                         help="GEMMs whose tilings are swept; with down_routed alone the gate_up that feeds it runs "
                              "the table tile (untimed)")
+    parser.add_argument("--tiles", default="",
+                        help="explicit TileConfig fields instead of the grid, tiles separated by ';', e.g. "
+                             "'tile_tokens=32,stages=6,quantize_after=1;tile_tokens=32,stages=3,chunks_per_stage=2'")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
     args = parser.parse_args(argv)
@@ -77,14 +95,14 @@ def main(argv=None) -> int:
         parser.error(f"--kinds: gate_up_swiglu and/or down_routed, got {args.kinds!r}")
     sweep_gate_up = "gate_up_swiglu" in kinds
     tiles = []
-    for t in candidates(grid, shape.experts):
+    for t in explicit_tiles(args.tiles) if args.tiles else candidates(grid, shape.experts):
         try:  # e.g. chunks_per_stage=2 or overlap needs K multiples that a shape may not have
             for kind in kinds:
-                codegen.gemm_spec(shape, kind, t)
+                codegen.gemm_spec(shape, codegen.launched_kind(kind, t), t)
             tiles.append(t)
         except ValueError as exc:
             print(f"skip {t}: {exc}")
-    specs = [codegen.gemm_spec(shape, kind, t) for t in tiles for kind in kinds]
+    specs = [codegen.gemm_spec(shape, codegen.launched_kind(kind, t), t) for t in tiles for kind in kinds]
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(jit.build, specs))
     print(f"built {len(specs)} kernels", flush=True)

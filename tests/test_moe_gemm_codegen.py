@@ -61,6 +61,41 @@ def test_tile_table_and_smem():
         codegen.gemm_spec(codegen.MoEDims(8, 192, 64), "down_routed", codegen.TileConfig(8, 4, chunks_per_stage=2))
     assert "_cps2_" in codegen.gemm_spec(codegen.MoEDims(8, 256, 128), "gate_up",
                                          codegen.TileConfig(8, 4, chunks_per_stage=2)).name
+    # v1's overlapped loop alternates two A buffers by ring slot and refills the stage read two stages before
+    for bad in (codegen.TileConfig(8, 2, chunks_per_stage=2, overlap=True), codegen.TileConfig(8, 3, overlap=True)):
+        with pytest.raises(ValueError, match="overlap needs 3 or more stages and an even number of ring slots"):
+            codegen.gemm_spec(codegen.MoEDims(8, 256, 128), "gate_up", bad)
+    assert "_ov1_cps2_" in codegen.gemm_spec(codegen.MoEDims(8, 256, 128), "gate_up",
+                                             codegen.TileConfig(8, 4, chunks_per_stage=2, overlap=True)).name
+
+
+def test_auto_ov_overlaps_auto_v1_tiles():
+    """auto_ov (A/B table): auto's tiles per GEMM kind, each v1 tile with the overlapped main loop."""
+    ov = codegen.overlapped
+    tile = codegen.TileConfig(8, 2, chunks_per_stage=4)
+    assert ov(tile) == codegen.TileConfig(8, 4, chunks_per_stage=2, overlap=True)
+    assert ov(codegen.TileConfig(128, 4)) == codegen.TileConfig(128, 4, min_blocks=1, overlap=True)
+    ws = codegen.WS_TILE_TABLE[0][1]
+    assert ov(ws) == ws
+    for kind in codegen.CALL_KINDS:
+        for k in (128, 768, 2048):
+            auto, auto_ov = codegen.tile_table("auto", kind, k), codegen.tile_table("auto_ov", kind, k)
+            assert [limit for limit, _ in auto] == [limit for limit, _ in auto_ov]
+            for (_, a), (_, b) in zip(auto, auto_ov):
+                assert b == ov(a) and (b.overlap or b.variant == "ws"), (kind, k, a, b)
+                codegen.check_tile(codegen.fit_chunks(b, k), k)
+
+
+def test_ptxas_report_names_serialized_wgmma():
+    """ptxas's C751x notes mean it serialized the wgmmas (a wait after each); the report lists their codes."""
+    text = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+            "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage "
+            "in the function 'k'\nptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are "
+            "serialized due to insufficient register resources for the wgmma pipeline in the function 'k'\n"
+            "ptxas info    : Used 48 registers, used 1 barriers\n")
+    report = compiler.parse_ptxas(text)
+    assert report.wgmma_serialized == ("C7511", "C7513") and report.registers == 48
+    assert compiler.parse_ptxas("ptxas info    : Used 48 registers\n").wgmma_serialized == ()
 
 
 def _compile(spec, tmp_path: Path):
@@ -68,6 +103,7 @@ def _compile(spec, tmp_path: Path):
     src.write_text(spec.render())
     report = compiler.compile_cubin(spec, src, tmp_path / f"{spec.name}.cubin", compiler.find_nvcc())
     assert report.spill_stores == 0 and report.spill_loads == 0 and report.stack_frame == 0, report.text
+    assert not report.wgmma_serialized, report.text  # ptxas would wait after every wgmma
     return report
 
 
@@ -87,6 +123,7 @@ def test_pack_template_compiles_for_sm90a(tmp_path):
     ("qwen3-30b-a3b", "down_routed", 128, "v1"),
     ("tiny", "gate_up_swiglu", 8, "ws"),
     ("tiny", "gate_up_swiglu_h", 8, "v1"),  # the SwiGLU-only epilogue of quantize_after tiles
+    ("qwen3-30b-a3b", "gate_up_swiglu_h", 32, "v1_overlap"),  # two A buffers, wgmma in flight across chunks
     ("qwen3-30b-a3b", "combine", 0, ""),
 ])
 def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, variant):
@@ -97,8 +134,9 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
     if kind == "combine":
         spec = codegen.combine_spec(shape)
     else:
-        tile = next(t for _, t in codegen.TILE_TABLES[variant] if t.tile_tokens == tile_tokens)
-        spec = codegen.gemm_spec(shape, kind, tile)
+        tiles = ([t for t in codegen.EXTRA_TILES if t.overlap and t.variant == "v1"] if variant == "v1_overlap"
+                 else [t for _, t in codegen.TILE_TABLES[variant]])
+        spec = codegen.gemm_spec(shape, kind, next(t for t in tiles if t.tile_tokens == tile_tokens))
     report = _compile(spec, tmp_path)
     if variant == "ws":  # the setmaxnreg split fits the register pool the cubin launches with
         assert codegen.ws_registers_fit(report.registers, spec.launch["warpgroups"], spec.launch["min_blocks"]), report
@@ -111,6 +149,8 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
         assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{tile_tokens}k16\.f32\.bf16\.bf16", text)
         assert "ld.local" not in text and "st.local" not in text
         assert ("setmaxnreg" in text) == (variant == "ws")
+        if variant == "v1_overlap":
+            assert "wgmma.wait_group.sync.aligned 1;" in text
 
 
 _SWIZZLE_CHECK = r"""

@@ -26,7 +26,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("CACHE_DIR", "", "JIT cache root (default: $XDG_CACHE_HOME/trace_kernels or ~/.cache/trace_kernels)"),
     Knob("DISABLE_JIT", "0", "1: never compile at run time; a kernel missing from the AOT set and the cache raises"),
     Knob("LINEINFO", "0", "1: compile with -lineinfo and keep the generated .cu next to each cubin (profiling)"),
-    Knob("PTXAS_CHECK", "0", "1: fail a build whose ptxas report shows register spills or a stack frame"),
+    Knob("PTXAS_CHECK", "0",
+         "1: fail a build whose ptxas report shows register spills, a stack frame or serialized wgmma"),
     Knob("NVCC", "", "nvcc to use (default: nvcc on PATH, then $CUDA_HOME/bin/nvcc)"),
     Knob("VERBOSE", "0", "1: print each nvcc command and its ptxas report"),
     Knob("AOT", "tiny", "pip install: comma-separated presets to build ahead of time when nvcc is present; "

@@ -176,7 +176,7 @@ def test_batch_invariance(name):
                 assert torch.equal(g, b), f"{what} differs at batch {batch}, tile {tile}"
 
 
-@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa"])
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov"])
 def test_cuda_graph_replay_matches_eager(variant):
     """The layer captured in a CUDA graph (validate=False: no host syncs) replays to the eager result,
     also on new inputs copied into the captured buffers (the fused epilogue's tile counters reset)."""
@@ -211,7 +211,7 @@ def test_cuda_graph_replay_matches_eager(variant):
         assert torch.equal(replayed, eager)
 
 
-@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa"])
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov"])
 @pytest.mark.parametrize("tokens", [1, 8, 64, 1024])
 def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
     """pdl=True (the GEMMs start while the previous kernel runs and wait for it before reading its
@@ -281,7 +281,7 @@ def test_ws_few_persistent_ctas_equal_v1(ctas, monkeypatch):
         assert torch.equal(got_y, want_y), tile
 
 
-@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa"])
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov"])
 def test_nonfinite_swiglu_sets_the_status_word(variant):
     """An overflowing SwiGLU row is reported (ops.raise_on_nonfinite), as the reference raises."""
     from trace_kernels.ops import raise_on_nonfinite

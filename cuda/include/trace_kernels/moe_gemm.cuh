@@ -179,7 +179,8 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(N % kBlockRows == 0 && K % detail::kChunkK == 0, "N % (64*NWG) and K % 64 must be 0");
   static_assert(TN % 8 == 0 && TN >= 8 && TN <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(STAGES >= 2, "need at least a double buffer");
-  static_assert(CPS >= 1 && kChunks % CPS == 0 && (CPS == 1 || !OVERLAP), "K % (64 CPS) == 0; OVERLAP needs CPS 1");
+  static_assert(CPS >= 1 && kChunks % CPS == 0, "K % (64 CPS) == 0");
+  static_assert(!OVERLAP || kSlots % 2 == 0, "OVERLAP alternates two A buffers by ring slot: STAGES * CPS even");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
 
@@ -303,10 +304,10 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // ---- main loop: STAGES-deep cp.async ring of CPS-chunk stages ----
   // OVERLAP = false: wgmma.wait 0 after each chunk; prefetch distance STAGES-1 stages, one cp.async
   // group, wait and CTA barrier per stage.
-  // OVERLAP = true (CPS 1): the chunk's wgmmas stay in flight while the next chunk is dequantized into
-  // the other A register buffer (wait 1); a stage is then refilled only two chunks after it was read,
-  // so the prefetch distance is STAGES-2.
-  static_assert(!OVERLAP || kChunks % 2 == 0, "OVERLAP alternates two A buffers: K % 128 == 0");
+  // OVERLAP = true: a chunk's wgmmas stay in flight while the next chunk is dequantized into the other
+  // A register buffer (even ring slots use tCrA, odd ones tCrA_next; wait 1). The previous stage's
+  // wgmmas may still read it when a stage begins, so the ring refills the stage read two stages before:
+  // prefetch distance STAGES-2.
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < kChunks) load_activations(0, s, s);
@@ -345,25 +346,44 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 #pragma unroll
       for (int b = 0; b < 4; ++b) a_u32(b, 0, j) = regs[b];
     }
-    warpgroup_fence_operand(accum);
+    if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
     warpgroup_arrive();
 #pragma unroll
     for (int j = 0; j < 4; ++j) cute::gemm(tiled_mma, frag_a(_, _, j), tCrB(_, _, j, stage), accum);
     warpgroup_commit_batch();
     warpgroup_wait<OVERLAP ? 1 : 0>();
-    warpgroup_fence_operand(accum);
+    if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
   };
+  // Unrolled by the ring's slots: every slot index, and with it each shared-memory offset and wgmma
+  // descriptor, is a compile-time constant, and a chunk's global offsets are one base per turn of the
+  // ring plus immediates (the decode tiles issue few instructions per chunk besides these).
   if constexpr (OVERLAP) {
-    for (int chunk = 0; chunk < kChunks; chunk += 2) {
-      mainloop_step(0, chunk, chunk % kSlots, tCrA);
-      mainloop_step(0, chunk + 1, (chunk + 1) % kSlots, tCrA_next);
+    // kSlots is even, so a slot's parity is its chunk's and the two A buffers alternate. The wgmmas
+    // drain at the end of every turn: with one still in flight across the loop's back edge, or under a
+    // run-time "chunk exists" test, ptxas serializes every wgmma of the kernel (C7513 / C7511: a wait
+    // after each). So whole turns run in the loop and the K % ring remainder after it.
+    constexpr int kTurns = kChunks / kSlots, kRest = kChunks % kSlots;
+    auto overlapped_step = [&](const int chunk0, const int s) {
+      if (s % 2) {
+        mainloop_step(chunk0, s, s, tCrA_next);
+      } else {
+        mainloop_step(chunk0, s, s, tCrA);
+      }
+    };
+    for (int turn = 0; turn < kTurns; ++turn) {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) overlapped_step(turn * kSlots, s);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(accum);
+      a_c += kSlots * detail::kChunkK;
+      code_c += kSlots * detail::kCodeRecord;
+      scale_c += kSlots * detail::kScaleRecord;
     }
+#pragma unroll
+    for (int s = 0; s < kRest; ++s) overlapped_step(kTurns * kSlots, s);
     warpgroup_wait<0>();
     warpgroup_fence_operand(accum);
   } else {
-    // Unrolled by the ring's slots: every slot index, and with it each shared-memory offset and wgmma
-    // descriptor, is a compile-time constant, and a chunk's global offsets are one base per turn of
-    // the ring plus immediates (the decode tiles issue few instructions per chunk besides these).
     for (int chunk0 = 0; chunk0 < kChunks; chunk0 += kSlots) {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s)

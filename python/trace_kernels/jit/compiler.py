@@ -67,6 +67,9 @@ class PtxasReport:
     spill_loads: int
     stack_frame: int
     text: str
+    # ptxas's "wgmma.mma_async instructions are serialized due to ..." codes (C7510-C7519): it then
+    # waits for every wgmma before the next, whatever the source's wait_group counts say
+    wgmma_serialized: tuple[str, ...] = ()
 
 
 _PTXAS_NUMBERS = {
@@ -77,11 +80,14 @@ _PTXAS_NUMBERS = {
 }
 
 
+_WGMMA_SERIALIZED = re.compile(r"\((C751\d)\) Potential Performance Loss: wgmma\.mma_async instructions are serialized")
+
+
 def parse_ptxas(text: str) -> PtxasReport:
     values = {}
     for key, pattern in _PTXAS_NUMBERS.items():
         values[key] = max((int(m) for m in pattern.findall(text)), default=0)
-    return PtxasReport(text=text, **values)
+    return PtxasReport(text=text, wgmma_serialized=tuple(sorted(set(_WGMMA_SERIALIZED.findall(text)))), **values)
 
 
 def compile_cubin(spec: KernelSpec, source: Path, cubin: Path, nvcc: str) -> PtxasReport:
@@ -96,8 +102,9 @@ def compile_cubin(spec: KernelSpec, source: Path, cubin: Path, nvcc: str) -> Ptx
     report = parse_ptxas(result.stdout + result.stderr)
     if env.flag("VERBOSE"):
         print(report.text.strip(), flush=True)
-    if env.flag("PTXAS_CHECK") and (report.spill_stores or report.spill_loads or report.stack_frame):
+    if env.flag("PTXAS_CHECK") and (report.spill_stores or report.spill_loads or report.stack_frame
+                                    or report.wgmma_serialized):
         raise CompileError(f"{spec.name}: ptxas reports {report.spill_stores} B spill stores, "
-                           f"{report.spill_loads} B spill loads, {report.stack_frame} B stack frame "
-                           f"(TRACE_KERNELS_PTXAS_CHECK=1)\n{report.text}")
+                           f"{report.spill_loads} B spill loads, {report.stack_frame} B stack frame, serialized "
+                           f"wgmma {list(report.wgmma_serialized)} (TRACE_KERNELS_PTXAS_CHECK=1)\n{report.text}")
     return report

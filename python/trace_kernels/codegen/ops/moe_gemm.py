@@ -38,7 +38,7 @@ class TileConfig:
     min_blocks: int = 2  # __launch_bounds__ min CTAs per SM (2 caps registers at 128: overlap dequant and MMA)
     warpgroups: int = 0  # consumer warpgroups (64 weight rows each) per CTA; 0: 2 when N % 128 == 0, else 1
     proxy_fence: bool = True  # v1: fence.proxy.async per stage (moe_gemm.cuh); False is an untested experiment
-    overlap: bool = False  # wgmma of chunk c in flight while chunk c+1 is dequantized (untested experiment)
+    overlap: bool = False  # wgmma of chunk c in flight while chunk c+1 is dequantized (two A buffers; slower)
     variant: str = "v1"  # "v1" (moe_gemm.cuh) or "ws" (moe_gemm_ws.cuh, warp-specialized persistent)
     # K chunks of 64 per ring stage: ws, one mbarrier round trip per stage; v1, one cp.async wait and CTA
     # barrier per stage (the ring then holds stages * chunks_per_stage chunks)
@@ -102,12 +102,28 @@ AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (1.0, V1_ONE_WARPGROUP_DECODE_TILE),
     *TILE_TABLE,
 )
+
+
+def overlapped(tile: TileConfig) -> TileConfig:
+    """A v1 tile with the overlapped main loop (two A buffers: 3 or more stages, an even ring): a ring of
+    fewer stages as stages of two chunks, and TN >= 128 at 1 CTA/SM (at 2 the second A buffer spills).
+    ws tiles, and rings it cannot take, as they are."""
+    if tile.variant != "v1" or tile.overlap:
+        return tile
+    slots = tile.stages * tile.chunks_per_stage
+    stages, cps = (tile.stages, tile.chunks_per_stage) if tile.stages >= 3 else (slots // 2, 2)
+    if stages < 3 or slots % 2:
+        return tile
+    return replace(tile, stages=stages, chunks_per_stage=cps, overlap=True,
+                   min_blocks=1 if tile.tile_tokens >= 128 else tile.min_blocks)
+
+
 TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized afterwards by the quantize kernel (A/B runs)
                "auto_qa": tuple((limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE),
                # "auto" without DOWN_SHORT_K_TABLE: every down GEMM keeps the two-warpgroup TN=8 tile (A/B runs)
                "auto_down2wg": AUTO_TILE_TABLE}
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg")  # per-kind tables and the ws -> v1 fallback
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov")  # per-kind tables and the ws -> v1 fallback
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
 # same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
@@ -126,6 +142,8 @@ WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
 # epilogue +25% -> +8% over its plain GEMM; 235B T=8 0.1838 -> 0.1775 ms, +10% -> +3%.
 AUTO_GATE_UP_TABLE = AUTO_TILE_TABLE[:1] + tuple(
     (limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE[1:])
+# "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
+TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": AUTO_TILE_TABLE[:-1] + ((float("inf"), WS_PREFILL_DOWN_TILE),),
     "gate_up_swiglu": AUTO_GATE_UP_TABLE,
@@ -177,6 +195,8 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # runs them (a TN=24 tile between them was slower than both at 8, 12 and 16 rows; docs/moe_gemm.md)
     replace(TILE_TABLE[1][1], quantize_after=True),
     replace(TILE_TABLE[2][1], quantize_after=True),
+    # auto_ov's gate_up tiles: auto's v1 tiles with the overlapped main loop, quantized afterwards
+    *(overlapped(tile) for _, tile in AUTO_GATE_UP_TABLE if tile.variant == "v1"),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -200,6 +220,8 @@ def tile_table(variant: str, kind: str | None = None,
                k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
     """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and its K) where "auto"
     has its own."""
+    if variant == "auto_ov" and kind is not None:
+        return tuple((limit, overlapped(tile)) for limit, tile in tile_table("auto", kind, k))
     short_k = k is not None and k <= DOWN_ONE_WARPGROUP_MAX_K
     if variant in ("auto", "auto_qa") and kind == "down_routed" and short_k:
         return DOWN_SHORT_K_TABLE  # (auto_qa: quantize_after is moot for the down GEMM)
@@ -329,10 +351,11 @@ def check_tile(tile: TileConfig, k: int) -> None:
         raise ValueError(f"unknown MoE GEMM variant {tile.variant!r}; known: {', '.join(TILE_TABLES)}")
     if tile.variant != "ws" and (tile.m_tiles != 1 or tile.async_epilogue):
         raise ValueError(f"m_tiles and async_epilogue are ws knobs: {tile}")
-    if tile.variant != "ws" and (tile.chunks_per_stage not in (1, 2, 4) or k % (CHUNK_K * tile.chunks_per_stage)
-                                 or (tile.chunks_per_stage > 1 and tile.overlap)):
-        raise ValueError(f"v1 chunks_per_stage must be 1, 2 or 4 (K % (64 x it) == 0, no overlap above 1), "
-                         f"got K={k}: {tile}")
+    if tile.variant != "ws" and (tile.chunks_per_stage not in (1, 2, 4) or k % (CHUNK_K * tile.chunks_per_stage)):
+        raise ValueError(f"v1 chunks_per_stage must be 1, 2 or 4 with K % (64 x it) == 0, got K={k}: {tile}")
+    if tile.variant != "ws" and tile.overlap and (tile.stages < 3 or tile.stages * tile.chunks_per_stage % 2):
+        raise ValueError(f"v1 overlap needs 3 or more stages and an even number of ring slots (stages x "
+                         f"chunks_per_stage): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
         raise ValueError(f"fused_min_blocks is a v1 knob (ws splits registers by min_blocks): {tile}")
     if tile.variant == "ws":
