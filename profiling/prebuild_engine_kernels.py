@@ -22,7 +22,7 @@ def specs_for(shape_name: str, tokens: list[int]) -> list:
     pairs = {(kind, mg.tile_for_rows(t * shape.top_k, shape.experts, k=mg.gemm_dims(shape, kind)[1], kind=kind,
                                      n=mg.gemm_dims(shape, kind)[0]))
              for kind in kinds for t in tokens}
-    specs = [mg.gemm_spec(shape, kind, tile) for kind, tile in pairs]
+    specs = [mg.gemm_spec(shape, mg.launched_kind(kind, tile), tile) for kind, tile in pairs]  # (quantize_after: _h)
     specs += [mg.combine_spec(shape), *quantize.specs_for_shape(shape), *refit_weights.specs_for_shape(shape),
               *guided_fake_quantize.specs_for_shape(shape), *gumbel_sample.specs_for_shape(shape)]
     try:

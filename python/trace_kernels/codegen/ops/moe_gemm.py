@@ -72,12 +72,26 @@ class TileConfig:
 # stages of 4 / 2 / 1 chunks; TN=16 from 6 to 12 rows per expert: T=128 (8 rows) 0.1367 vs TN=32's 0.1526
 # ms on 30B, 0.4227 vs 0.4879 on 235B, and at T=192 (12 rows) 0.1465 vs 0.1557 / 0.4584 vs 0.4930, while at
 # T=256 (16 rows) TN=32 wins (0.1564 vs 0.1807 ms on 30B).
+# Since the eleventh session of 2026-12-02 the TN=16 and TN=32 rings are 2 stages of 4 chunks too (the
+# down GEMM's TN=32 ring 3 stages of 2: DOWN_TN32_TILE). Same-run sweep of the ring shapes, quantize_after as
+# auto runs it (profiling/results/moe_rings_h200.json), fused gate_up + down ms: TN=16 at T=128 / 192 on
+# 30B 0.1351 / 0.1438 (4 stages of 2) -> 0.1336 / 0.1411, 235B T=128 0.4105 -> 0.4027; TN=32 at T=256 / 512
+# on 30B 0.1556 / 0.2186 (6 stages of 1) -> 0.1469 / 0.2045 (gate_up 2 x 4, down 3 x 2), 235B T=256 0.4806
+# -> 0.4514. One CTA barrier per 256 K instead of per 64 or 128 K, as for TN=8. The layer, same-run A/B
+# against the previous table (profiling/results/moe_gemm_h200_rings.json): 30B T=256 / 512 0.1506-0.1513 /
+# 0.2156 -> 0.1428-0.1429 / 0.2006-0.2023 ms, 235B 0.4764 / 0.6963-0.6984 -> 0.4448-0.4471 / 0.6484-0.6530.
+# The prefill tile's ring is 2 stages of 2 chunks since then (same 4 slots; fused gate_up at 30B T=1024 /
+# 4096 / 16384 0.2460 / 0.6001 / 1.9661 ms with 4 stages of 1 -> 0.2373 / 0.5826 / 1.9084; 5 stages of 1 and
+# 1 CTA/SM rings of 6-8 chunks were slower; profiling/results/moe_prefill_rings_h200.json).
 TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (6.0, TileConfig(tile_tokens=8, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
-    (12.0, TileConfig(tile_tokens=16, stages=4, chunks_per_stage=2, fused_min_blocks=4)),
-    (32.0, TileConfig(tile_tokens=32, stages=6, fused_min_blocks=4)),
-    (float("inf"), TileConfig(tile_tokens=128, stages=4)),
+    (12.0, TileConfig(tile_tokens=16, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
+    (32.0, TileConfig(tile_tokens=32, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
+    (float("inf"), TileConfig(tile_tokens=128, stages=2, chunks_per_stage=2)),
 )
+# The down GEMM's TN=32 tile: 3 stages of 2 chunks (down 0.0591 vs 0.0636 ms for 2 x 4 at 30B T=256,
+# 0.1678 vs 0.1698 on 235B; the fused gate_up the other way round: 0.0878 vs 0.0889, 0.2836 vs 0.2944).
+DOWN_TN32_TILE = TileConfig(tile_tokens=32, stages=3, chunks_per_stage=2, fused_min_blocks=4)
 
 # The ws variant's table (not yet run on a GPU; same boundaries as v1 until the sweep says otherwise).
 # Decode: 128 weight rows x 128 K per stage (8 KB codes + 1 KB scales + TN x 256 B tokens), 5 stages,
@@ -111,7 +125,8 @@ def overlapped(tile: TileConfig) -> TileConfig:
     if tile.variant != "v1" or tile.overlap:
         return tile
     slots = tile.stages * tile.chunks_per_stage
-    stages, cps = (tile.stages, tile.chunks_per_stage) if tile.stages >= 3 else (slots // 2, 2)
+    stages, cps = (tile.stages, tile.chunks_per_stage) if tile.stages >= 3 else \
+        (slots // 2, 2) if slots >= 6 else (slots, 1)
     if stages < 3 or slots % 2:
         return tile
     return replace(tile, stages=stages, chunks_per_stage=cps, overlap=True,
@@ -145,7 +160,8 @@ AUTO_GATE_UP_TABLE = AUTO_TILE_TABLE[:1] + tuple(
 # "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
-    "down_routed": AUTO_TILE_TABLE[:-1] + ((float("inf"), WS_PREFILL_DOWN_TILE),),
+    "down_routed": tuple((limit, DOWN_TN32_TILE if tile == TILE_TABLE[2][1] else tile) for limit, tile in
+                         AUTO_TILE_TABLE[:-1]) + ((float("inf"), WS_PREFILL_DOWN_TILE),),
     "gate_up_swiglu": AUTO_GATE_UP_TABLE,
 }
 # A down GEMM with a short K (30B: K = I = 768, 12 chunks) runs the one-warpgroup tile up to 6 rows per
@@ -184,12 +200,14 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(TILE_TABLE[0][1], quantize_after=True),
     replace(TILE_TABLE[-1][1], quantize_after=True),
     # the TN=8 table tile's ring as 8 stages of 1 chunk (the table until 2026-12-02, with and without
-    # quantize_after) and as 4 stages of 2; the TN=32 table's ring and the one-warpgroup tile's as stages
-    # of two chunks
+    # quantize_after) and as 4 stages of 2; the TN=16 and TN=32 tables' rings until the eleventh session of
+    # 2026-12-02 (4 stages of 2, 6 of 1); the one-warpgroup tile's as stages of two chunks
     TileConfig(8, 8, fused_min_blocks=4),
     TileConfig(8, 8, fused_min_blocks=4, quantize_after=True),
     TileConfig(8, 4, chunks_per_stage=2, fused_min_blocks=4, quantize_after=True),
-    TileConfig(32, 3, 2, 0, chunks_per_stage=2, fused_min_blocks=4),
+    TileConfig(16, 4, chunks_per_stage=2, fused_min_blocks=4, quantize_after=True),
+    TileConfig(32, 6, fused_min_blocks=4, quantize_after=True),
+    TileConfig(128, 4, quantize_after=True),  # (the prefill tile's ring until then: 4 stages of 1 chunk)
     TileConfig(8, 3, 4, 1, chunks_per_stage=2),
     # around the TN=16 / TN=32 boundary (12 routed rows per expert): both table tiles as auto's gate_up
     # runs them (a TN=24 tile between them was slower than both at 8, 12 and 16 rows; docs/moe_gemm.md)
