@@ -243,7 +243,7 @@ def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
 def test_auto_down_gemm_has_its_own_prefill_tile():
     """auto: the down GEMM's prefill tile is ws with two m-tiles, the gate_up's stays v1; decode is shared;
     a shape whose N the ws tile cannot split falls back to v1's tile; the table kernels include it."""
-    prefill, decode = 1024 * 8, 64 * 8
+    prefill, decode = 4096 * 8, 64 * 8  # 256 and 4 routed rows per expert
     down = codegen.tile_for_rows(prefill, 128, "auto", k=768, kind="down_routed", n=2048)
     assert down == codegen.WS_PREFILL_DOWN_TILE and down.variant == "ws" and down.m_tiles == 2
     assert codegen.tile_for_rows(prefill, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).variant == "v1"

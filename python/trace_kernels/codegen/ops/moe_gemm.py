@@ -83,10 +83,15 @@ class TileConfig:
 # The prefill tile's ring is 2 stages of 2 chunks since then (same 4 slots; fused gate_up at 30B T=1024 /
 # 4096 / 16384 0.2460 / 0.6001 / 1.9661 ms with 4 stages of 1 -> 0.2373 / 0.5826 / 1.9084; 5 stages of 1 and
 # 1 CTA/SM rings of 6-8 chunks were slower; profiling/results/moe_prefill_rings_h200.json).
+# TN=32 takes up to 64 rows per expert since then (was 32): in a same-run sweep of TN=32 / 64 / 128
+# (profiling/results/moe_tn64_h200.json) TN=32 beat the TN=128 tile from 32 to 64 rows, two token tiles
+# per expert reading the weights twice notwithstanding (fused gate_up at 30B T=1024 0.1882 vs 0.2356 ms,
+# 235B 0.6586 vs 0.8584; down 0.1403 vs ws 0.1380, 0.4023 vs 0.4588), and lost from 96 (30B T=1536: 0.2561
+# vs 0.2430); TN=64 was never the fastest.
 TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (6.0, TileConfig(tile_tokens=8, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
     (12.0, TileConfig(tile_tokens=16, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
-    (32.0, TileConfig(tile_tokens=32, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
+    (64.0, TileConfig(tile_tokens=32, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
     (float("inf"), TileConfig(tile_tokens=128, stages=2, chunks_per_stage=2)),
 )
 # The down GEMM's TN=32 tile: 3 stages of 2 chunks (down 0.0591 vs 0.0636 ms for 2 x 4 at 30B T=256,
