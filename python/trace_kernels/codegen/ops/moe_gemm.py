@@ -72,22 +72,15 @@ class TileConfig:
 # stages of 4 / 2 / 1 chunks; TN=16 from 6 to 12 rows per expert: T=128 (8 rows) 0.1367 vs TN=32's 0.1526
 # ms on 30B, 0.4227 vs 0.4879 on 235B, and at T=192 (12 rows) 0.1465 vs 0.1557 / 0.4584 vs 0.4930, while at
 # T=256 (16 rows) TN=32 wins (0.1564 vs 0.1807 ms on 30B).
-# Since the eleventh session of 2026-12-02 the TN=16 and TN=32 rings are 2 stages of 4 chunks too (the
-# down GEMM's TN=32 ring 3 stages of 2: DOWN_TN32_TILE). Same-run sweep of the ring shapes, quantize_after as
-# auto runs it (profiling/results/moe_rings_h200.json), fused gate_up + down ms: TN=16 at T=128 / 192 on
-# 30B 0.1351 / 0.1438 (4 stages of 2) -> 0.1336 / 0.1411, 235B T=128 0.4105 -> 0.4027; TN=32 at T=256 / 512
-# on 30B 0.1556 / 0.2186 (6 stages of 1) -> 0.1469 / 0.2045 (gate_up 2 x 4, down 3 x 2), 235B T=256 0.4806
-# -> 0.4514. One CTA barrier per 256 K instead of per 64 or 128 K, as for TN=8. The layer, same-run A/B
-# against the previous table (profiling/results/moe_gemm_h200_rings.json): 30B T=256 / 512 0.1506-0.1513 /
-# 0.2156 -> 0.1428-0.1429 / 0.2006-0.2023 ms, 235B 0.4764 / 0.6963-0.6984 -> 0.4448-0.4471 / 0.6484-0.6530.
-# The prefill tile's ring is 2 stages of 2 chunks since then (same 4 slots; fused gate_up at 30B T=1024 /
-# 4096 / 16384 0.2460 / 0.6001 / 1.9661 ms with 4 stages of 1 -> 0.2373 / 0.5826 / 1.9084; 5 stages of 1 and
-# 1 CTA/SM rings of 6-8 chunks were slower; profiling/results/moe_prefill_rings_h200.json).
-# TN=32 takes up to 64 rows per expert since then (was 32): in a same-run sweep of TN=32 / 64 / 128
-# (profiling/results/moe_tn64_h200.json) TN=32 beat the TN=128 tile from 32 to 64 rows, two token tiles
-# per expert reading the weights twice notwithstanding (fused gate_up at 30B T=1024 0.1882 vs 0.2356 ms,
-# 235B 0.6586 vs 0.8584; down 0.1403 vs ws 0.1380, 0.4023 vs 0.4588), and lost from 96 (30B T=1536: 0.2561
-# vs 0.2430); TN=64 was never the fastest.
+# Eleventh session of 2026-12-02 (docs/moe_gemm.md, same-run sweeps and layer A/Bs on the H200):
+# - TN=16 and TN=32 run 2 stages of 4 chunks too, one CTA barrier per 256 K instead of per 64-128
+#   (profiling/results/moe_rings_h200.json): layer 1.5-7% faster at T=128-512 on both presets
+#   (moe_gemm_h200_rings_final.json);
+# - the prefill tile runs 2 stages of 2 chunks (the same 4 slots; moe_prefill_rings_h200.json): fused gate_up
+#   at 30B T=16384 1.966 -> 1.908 ms;
+# - TN=32 takes up to 64 rows per expert (was 32; moe_tn64_h200.json): from 32 to 64 rows it beat TN=128,
+#   two token tiles per expert reading the weights twice notwithstanding, and TN=64 was never the fastest;
+#   layer at T=768 / 1024 28-32% / 15-18% faster (moe_gemm_h200_tn32_band.json).
 TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
     (6.0, TileConfig(tile_tokens=8, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
     (12.0, TileConfig(tile_tokens=16, stages=2, chunks_per_stage=4, fused_min_blocks=4)),
