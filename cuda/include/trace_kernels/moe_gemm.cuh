@@ -165,7 +165,8 @@ __device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expe
 // compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S; whether that MEMBAR also waits for the ring's
 // later, still-flying cp.asyncs (draining the prefetch every iteration) is being measured. CUTLASS's
 // cp.async + GMMA mainloops issue no such fence. false is an experiment until tested on the GPU.
-// OVERLAP: see the main loop; an experiment until tested on the GPU.
+// OVERLAP: see the main loop. Slower than the plain loop at every table tile on the H200 (docs/moe_gemm.md,
+// eleventh session of 2026-12-02), so only the A/B table auto_ov and extra tiles use it.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
           bool OVERLAP = false, int CPS = 1>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
