@@ -101,3 +101,32 @@ bench_moe_tree() {
   echo "bench $tree $round exit $? (${SECONDS}s)"
   grep -E "^qwen3\S+ +[0-9]" "$log" | awk '{print $1, $2, $5, $8}' | tr '\n' ';'; echo
 }
+
+# moe_prebuild_trees DIR TABLES PRESETS BASE: the table kernels (moe_prebuild.py --tables TABLES --no-extras) of
+# this tree and of BASE (a carried copy of an earlier commit's python/, cuda/, codegen/; see bench_moe_tree),
+# 16 jobs each; logs DIR/build_{new,base}.log.
+moe_prebuild_trees() {
+  local dir=$1 tables=$2 presets=$3 base=$4 tree
+  for tree in new base; do
+    # shellcheck disable=SC2086  # PRESETS is a list
+    if [ "$tree" = new ]; then
+      timeout 120 python3 profiling/moe_prebuild.py --tables "$tables" --no-extras $presets > "$dir/build_new.log" 2>&1
+    else
+      PYTHONPATH=/tmp/site:$PWD/$base/python:$PWD/rl timeout 120 python3 profiling/moe_prebuild.py --tables "$tables" \
+        --no-extras $presets > "$dir/build_base.log" 2>&1
+    fi
+    echo "$tree build exit $? (${SECONDS}s)"; tail -1 "$dir/build_$tree.log"
+  done
+}
+
+# moe_layer_ab DIR NAME TOKENS LIMIT BASE MIN_LEFT: two rounds of the layer benchmark, this tree then BASE in
+# each (bench_moe_tree, LIMIT s per run), while more than MIN_LEFT s of BUDGET are left.
+moe_layer_ab() {
+  local dir=$1 name=$2 tokens=$3 limit=$4 base=$5 min_left=$6 round tree
+  for round in 1 2; do
+    for tree in new base; do
+      [ "$(left)" -lt "$min_left" ] && return 0
+      bench_moe_tree "$tree" "$dir" "$name" "$round" "$tokens" "$limit" "$base"
+    done
+  done
+}

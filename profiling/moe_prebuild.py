@@ -1,45 +1,52 @@
 """Compile the MoE GEMM kernels of the given presets into the JIT cache, in parallel; print ptxas.
 
-Also builds the off-table tilings (EXTRA_TILES) that tests/gpu/test_moe_gemm.py exercises and the
-benchmark's --extra-tokens times, for every preset given, so neither compiles one by one. Both variants'
-table kernels come from specs_for_shape(shape, every variant). Usage: moe_prebuild.py [--jobs N] PRESET...
+Builds every table's kernels (specs_for_shape over TILE_TABLES, or --tables T1,T2), the quantize kernels the
+quantize_after tiles launch, and the off-table tilings (EXTRA_TILES) that tests/gpu/test_moe_gemm.py exercises
+and the benchmark's --extra-tokens times (not with --no-extras), so none compiles one by one. Lists the kernels
+ptxas serialized (its C751x wgmma notes).
+Usage: moe_prebuild.py [--jobs N] [--tables T1,T2] [--no-extras] PRESET...
 """
 
+import argparse
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from trace_kernels import jit, shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
+from trace_kernels.codegen.ops import quantize
 from trace_kernels.jit import compiler
 
 EXTRA_TILES = codegen.EXTRA_TILES
 
 
 def main() -> int:
-    args = sys.argv[1:]
-    jobs = 16
-    if args[:1] == ["--jobs"]:
-        jobs, args = int(args[1]), args[2:]
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--tables", default="", help="TILE_TABLES keys, comma separated (default: all)")
+    parser.add_argument("--no-extras", dest="extras", action="store_false", help="skip EXTRA_TILES")
+    parser.add_argument("presets", nargs="*", default=["tiny"])
+    args = parser.parse_args()
+    tables = tuple(args.tables.split(",")) if args.tables else tuple(codegen.TILE_TABLES)
     specs = {}
-    for name in args or ["tiny"]:
+    for name in args.presets:
         shape = shapes.resolve(name)
-        for spec in codegen.specs_for_shape(shape, tuple(codegen.TILE_TABLES)):
+        for spec in codegen.specs_for_shape(shape, tables) + quantize.specs_for_shape(shape):
             specs[spec.name] = spec
-        for tile in EXTRA_TILES:
+        for tile in EXTRA_TILES if args.extras else ():
             for kind in codegen.CALL_KINDS:
                 fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
                 spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
                 specs[spec.name] = spec
     t0 = time.time()
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         entries = list(pool.map(jit.build, specs.values()))
     serialized = []
     for spec, entry in zip(specs.values(), entries):
         report = (entry.folder / "ptxas.txt").read_text()
         lines = [ln.strip() for ln in report.splitlines() if "registers" in ln or "stack frame" in ln]
         print(spec.name, entry.cubin, "|", " | ".join(lines))
-        if compiler.parse_ptxas(report).wgmma_serialized:
+        if getattr(compiler.parse_ptxas(report), "wgmma_serialized", ()):  # (older trees: no such field)
             serialized.append(spec.name)
     print(f"serialized wgmma (ptxas C751x) in {len(serialized)} kernels: {serialized}")
     print(f"built {len(specs)} kernels in {time.time() - t0:.1f} s")

@@ -18,22 +18,9 @@ mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
-PREBUILD='
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from trace_kernels import jit, shapes
-from trace_kernels.codegen.ops import moe_gemm as cg, quantize as cq
-specs = {}
-for name in sys.argv[1:]:
-    for s in cg.specs_for_shape(shapes.resolve(name), ("auto", "auto_ov")) + cq.specs_for_shape(shapes.resolve(name)):
-        specs[s.name] = s
-with ThreadPoolExecutor(16) as pool:
-    entries = list(pool.map(jit.build, specs.values()))
-notes = [e.folder.name for e in entries if "(C751" in (e.folder / "ptxas.txt").read_text()]
-print("built", len(specs), "serialized wgmma in", notes)
-'
-timeout 150 python3 -c "$PREBUILD" qwen3-235b-a22b qwen3-30b-a3b > "$DIR/build_bench.log" 2>&1
-echo "bench build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_bench.log"
+timeout 150 python3 profiling/moe_prebuild.py --tables auto,auto_ov --no-extras qwen3-235b-a22b qwen3-30b-a3b \
+  > "$DIR/build_bench.log" 2>&1
+echo "bench build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_bench.log"
 timeout 200 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
 echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py

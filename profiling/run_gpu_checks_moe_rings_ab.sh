@@ -19,34 +19,11 @@ mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
-PREBUILD='
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from trace_kernels import jit, shapes
-from trace_kernels.codegen.ops import moe_gemm as cg, quantize as cq
-specs = {}
-for name in sys.argv[1:]:
-    for s in cg.specs_for_shape(shapes.resolve(name), ("auto",)) + cq.specs_for_shape(shapes.resolve(name)):
-        specs[s.name] = s
-with ThreadPoolExecutor(16) as pool:
-    list(pool.map(jit.build, specs.values()))
-print("built", len(specs))
-'
-timeout 120 python3 -c "$PREBUILD" qwen3-30b-a3b qwen3-235b-a22b > "$DIR/build_new.log" 2>&1
-echo "new build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_new.log"
-PYTHONPATH=/tmp/site:$PWD/$BASE/python:$PWD/rl timeout 120 python3 -c "$PREBUILD" qwen3-30b-a3b qwen3-235b-a22b \
-  > "$DIR/build_base.log" 2>&1
-echo "base build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_base.log"
+moe_prebuild_trees "$DIR" auto "qwen3-30b-a3b qwen3-235b-a22b" "$BASE"
 timeout 150 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
 echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-TOKENS=64,128,192,256,512
-for round in 1 2; do
-  for tree in new base; do
-    [ "$(left)" -lt 120 ] && break 2
-    bench_moe_tree "$tree" "$DIR" moe_gemm_h200_rings "$round" "$TOKENS" 80 "$BASE"
-  done
-done
+moe_layer_ab "$DIR" moe_gemm_h200_rings 64,128,192,256,512 80 "$BASE" 120
 qa="quantize_after=1"
 TILES="tile_tokens=128,stages=4,$qa;tile_tokens=128,stages=2,chunks_per_stage=2,$qa;tile_tokens=128,stages=5,$qa"
 TILES+=";tile_tokens=128,stages=2,chunks_per_stage=4,min_blocks=1,$qa;tile_tokens=128,stages=3,chunks_per_stage=2,min_blocks=1,$qa"
