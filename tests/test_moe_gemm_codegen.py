@@ -295,39 +295,3 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
     assert codegen.tile_for_rows(64, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.V1_ONE_WARPGROUP_DECODE_TILE
     for rows in (512, 8192, 131072):
         assert codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after
-
-
-def test_weight_tiles_in_turn():
-    """v1 weight tiles in turn: named `_wt{n}`, the launch's block rows cover them, whole ring turns per K
-    (else ops run one weight tile per CTA: fit_chunks), v1's plain loop only; auto falls back per shape."""
-    shape = shapes.preset("qwen3-30b-a3b")
-    tile = dataclasses.replace(codegen.V1_ONE_WARPGROUP_DECODE_TILE, weight_tiles=4)
-    spec = codegen.gemm_spec(shape, "down_routed", tile)
-    assert spec.name.endswith("_wg1_pf1_ov0_wt4_sm90a") and "/*WTILES=*/4>" in spec.render()
-    assert spec.launch["block_rows"] == 4 * 64 and codegen.gemm_spec(shape, "down_routed", dataclasses.replace(
-        tile, weight_tiles=1)).launch["block_rows"] == 64
-    assert "_wt" not in codegen.gemm_spec(shape, "down_routed", codegen.TILE_TABLE[0][1]).name
-    for bad in (dataclasses.replace(codegen.WS_TILE_TABLE[0][1], weight_tiles=2),
-                dataclasses.replace(codegen.overlapped(codegen.TILE_TABLE[0][1]), weight_tiles=2),
-                codegen.TileConfig(8, 5, weight_tiles=2),  # 12 chunks of K=768 in rings of 5
-                codegen.TileConfig(8, 4, weight_tiles=0)):
-        with pytest.raises(ValueError, match="weight_tiles"):
-            codegen.gemm_spec(shape, "down_routed", bad)
-    with pytest.raises(ValueError, match="weight_tiles=5"):  # N=1536 is not a multiple of 64 x 2 x 5
-        codegen.gemm_spec(shape, "gate_up", codegen.TileConfig(8, 4, warpgroups=2, weight_tiles=5))
-    assert codegen.fit_chunks(codegen.TileConfig(8, 5, weight_tiles=2), 768).weight_tiles == 1
-    assert codegen.fit_chunks(tile, 768) == tile
-    # auto: a tile whose weight tiles N cannot split runs one per CTA, everything else as it was
-    wide = codegen.TileConfig(8, 4, 4, 1, weight_tiles=4)
-    assert codegen.auto_fallback(wide, 768, 1.0, n=2048) == wide
-    assert codegen.auto_fallback(wide, 768, 1.0, n=192) == dataclasses.replace(wide, weight_tiles=1)
-
-
-@pytest.mark.nvcc
-def test_weight_tiles_template_compiles_for_sm90a(tmp_path):
-    """The two-warpgroup TN=8 ring (8 chunk slots: 32 chunks of K=2048 are 4 turns) with two weight tiles in
-    turn: no spills, no serialized wgmma."""
-    if not paths.cutlass_include_dirs():
-        pytest.skip("nvidia-cutlass headers not installed")
-    tile = dataclasses.replace(codegen.TILE_TABLE[0][1], weight_tiles=2)
-    _compile(codegen.gemm_spec(shapes.preset("qwen3-30b-a3b"), "gate_up_swiglu_h", tile), tmp_path)

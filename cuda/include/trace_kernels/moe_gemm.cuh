@@ -6,9 +6,8 @@
 // row's result never depends on the other rows or on the token-tile width.
 //
 // Structure of one CTA (NWG consumer warpgroups, every thread also issues cp.async loads):
-//   * one work item = (token tile of TN sorted rows of one expert, 64*NWG weight rows), WTILES items of
-//     one token tile per CTA in turn; blockIdx.x = weight tiles / WTILES, blockIdx.y = global token-tile
-//     index (scanned from offsets).
+//   * one work item = (token tile of TN sorted rows of one expert, 64*NWG weight rows);
+//     blockIdx.x = weight tile, blockIdx.y = global token-tile index (scanned from offsets).
 //   * weights are the wgmma M side: each warpgroup reads its 64 rows' FP4 codes + block scales
 //     (fragment-ordered and encoded, moe_layout.py) from shared memory, dequantizes exactly to BF16
 //     in registers (moe_dequant.cuh: value * scale * 2^-7, folded back into the row scale; one
@@ -168,11 +167,8 @@ __device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expe
 // cp.async + GMMA mainloops issue no such fence. false is an experiment until tested on the GPU.
 // OVERLAP: see the main loop. Slower than the plain loop at every table tile on the H200 (docs/moe_gemm.md,
 // eleventh session of 2026-12-02), so only the A/B table auto_ov and extra tiles use it.
-// WTILES: weight tiles of 64*NWG rows the CTA computes in turn, one K ring running through all of them: the
-// offsets scan, token rows and pipeline fill happen once per CTA instead of once per weight tile (the short-K
-// decode GEMMs spend a large part of each CTA in them). Whole ring turns per tile, plain loop only.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
-          bool OVERLAP = false, int CPS = 1, int WTILES = 1>
+          bool OVERLAP = false, int CPS = 1>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr int kSlots = STAGES * CPS;     // chunk slots of the ring
@@ -187,10 +183,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(CPS >= 1 && kChunks % CPS == 0, "K % (64 CPS) == 0");
   static_assert(!OVERLAP || kSlots % 2 == 0, "OVERLAP alternates two A buffers by ring slot: STAGES * CPS even");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
-  static_assert(WTILES >= 1 && N % (kBlockRows * WTILES) == 0, "N % (64 * NWG * WTILES) must be 0");
-  static_assert(WTILES == 1 || (!OVERLAP && kChunks % kSlots == 0),
-                "weight tiles in turn: plain loop, K a whole number of ring turns");
-  constexpr int kVirtualChunks = kChunks * WTILES;  // the ring's chunks over all the CTA's weight tiles
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
 
   extern __shared__ uint8_t smem_raw[];
@@ -206,7 +198,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  const int wt0 = blockIdx.x * WTILES;  // first weight tile
+  const int wt = blockIdx.x;         // weight tile
   const int y_tile = blockIdx.y;     // global token tile
 
   // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
@@ -238,7 +230,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(size<2>(tCrA) == 4 && size(accum) == TN / 2, "unexpected wgmma fragment shapes");
   clear(accum);
 
-  const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt0 * NWG) * kChunks;  // (tile, chunk 0)
+  const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG) * kChunks;  // (tile, chunk 0)
 
   // codes: one 16 B piece per thread (NWG * 128 pieces); scales: 16 pieces per warpgroup
   const uint8_t* code_src = p.w_codes + (record + static_cast<size_t>(wg) * kChunks) * detail::kCodeRecord +
@@ -247,24 +239,13 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
                              (tid % 16) * 16;  // used by tid < NWG * 16 only
   // Chunk chunk0 + rel's weights into `stage`: code_c and scale_c (this thread's pointers for chunk
   // chunk0) plus rel chunks, an immediate offset when rel is a constant (the unrolled main loop below).
-  // With WTILES > 1 a prefetch past the current turn (rel >= kSlots) reads from the next turn's pointers
-  // (code_n, scale_n, a_n), which jump to the next weight tile's records (and chunk 0's activations).
   const uint8_t* code_c = code_src;
   const uint8_t* scale_c = scale_src;
-  const uint8_t* code_n = code_src;
-  const uint8_t* scale_n = scale_src;
   auto load_weights = [&](int rel, int stage) {
-    const uint8_t* code = code_c;
-    const uint8_t* scale = scale_c;
-    if (WTILES > 1 && rel >= kSlots) {
-      code = code_n;
-      scale = scale_n;
-      rel -= kSlots;
-    }
-    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16, code + rel * detail::kCodeRecord,
+    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16, code_c + rel * detail::kCodeRecord,
                         true);
     detail::cp_async_16_if(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
-                           scale + rel * detail::kScaleRecord, tid < NWG * 16);
+                           scale_c + rel * detail::kScaleRecord, tid < NWG * 16);
   };
 
   // The weights of the first chunks do not depend on the previous kernel on the stream (offsets and
@@ -275,7 +256,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(kAheadStages >= 1, "OVERLAP needs STAGES >= 3");
 #pragma unroll
   for (int s = 0; s < kAhead; ++s)
-    if (s < kVirtualChunks) load_weights(s, s);
+    if (s < kChunks) load_weights(s, s);
   pdl::wait_for_prerequisite_grid();  // the activations, their row scales: the previous kernel's outputs
 
   load_token_rows<TN, EPI>(p, expert, row0, rows_valid, tid, kThreads, src_rows, token_scale, token_weight);
@@ -302,23 +283,16 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   }
   // Chunk chunk0 + rel's activation rows into `stage` (a_c: this thread's pointer for chunk chunk0).
   const __nv_bfloat16* a_c = a_src;
-  const __nv_bfloat16* a_n = a_src;
   auto load_activations = [&](int chunk0, int rel, int stage) {
     if constexpr (kOnePiece) {
-      const __nv_bfloat16* a = a_c;
-      if (WTILES > 1 && rel >= kSlots) {
-        a = a_n;
-        rel -= kSlots;
-      }
       if (tid < TN * 8)
-        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a + rel * detail::kChunkK, a_valid);
+        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_c + rel * detail::kChunkK, a_valid);
     } else {
-      const int chunk = WTILES > 1 ? (chunk0 + rel) % kChunks : chunk0 + rel;  // K chunk of the weight tile
       for (int i = tid; i < TN * 8; i += kThreads) {
         const int n = i >> 3, c = i & 7;
         const int src = src_rows[n];
         const __nv_bfloat16* g =
-            p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + chunk * detail::kChunkK + c * 8);
+            p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + (chunk0 + rel) * detail::kChunkK + c * 8);
         detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
       }
     }
@@ -337,7 +311,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // prefetch distance STAGES-2.
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < kVirtualChunks) load_activations(0, s, s);
+    if (s < kChunks) load_activations(0, s, s);
     if (s % CPS == CPS - 1) detail::cp_async_commit();
   }
   pdl::allow_dependent_launch();  // every CTA is past its prologue: the next kernel may get resident
@@ -357,7 +331,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 #pragma unroll
       for (int c = 0; c < CPS; ++c) {
         const int next = chunk + kAhead + c;
-        if (next < kVirtualChunks) load_stage(chunk0, rel + kAhead + c, (stage + kAhead + c) % kSlots);
+        if (next < kChunks) load_stage(chunk0, rel + kAhead + c, (stage + kAhead + c) % kSlots);
       }
       detail::cp_async_commit();
     }
@@ -410,40 +384,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     for (int s = 0; s < kRest; ++s) overlapped_step(kTurns * kSlots, s);
     warpgroup_wait<0>();
     warpgroup_fence_operand(accum);
-  }
-
-  // ---- epilogue of weight tile wt: accum(v0 + 2*v1 + 4*v2) is (weight row 16*warp + g + 8*v1,
-  // token 2*q + v0 + 8*v2) ----
-  auto store_tile = [&](const int wt) {
-    const int q = lane % 4;
-    const int wrow = wt * kBlockRows + wg * 64 + warp_in_wg * 16 + g;  // v1 adds 8
-#pragma unroll
-    for (int v2 = 0; v2 < TN / 8; ++v2) {
-#pragma unroll
-      for (int v0 = 0; v0 < 2; ++v0) {
-        const int n = 2 * q + v0 + 8 * v2;
-        if (n >= rows_valid) continue;
-        const int m = row0 + n;
-        const float scale = token_scale[n];
-        const float y0 = accum(v0 + 4 * v2) * scale;      // row wrow
-        const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row wrow + 8
-        if constexpr (EPI == Epilogue::Plain) {
-          p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
-          p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
-        } else if constexpr (EPI == Epilogue::RouterWeight) {
-          const float rw = token_weight[n];
-          p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
-          p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
-        } else {
-          // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
-          const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
-          p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
-        }
-      }
-    }
-  };
-
-  if constexpr (!OVERLAP && WTILES == 1) {
+  } else {
     for (int chunk0 = 0; chunk0 < kChunks; chunk0 += kSlots) {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s)
@@ -452,31 +393,36 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       code_c += kSlots * detail::kCodeRecord;
       scale_c += kSlots * detail::kScaleRecord;
     }
-  } else if constexpr (!OVERLAP) {
-    // Weight tiles in turn: the ring runs on from one tile's last chunk into the next tile's first, whose
-    // records follow (NWG = 1) or lie (NWG - 1) * kChunks records further; activations start again at chunk 0.
-    constexpr int kTileTurns = kChunks / kSlots;
-    for (int r = 0; r < WTILES; ++r) {
-      for (int turn = 0; turn < kTileTurns; ++turn) {
-        const bool tile_end = turn == kTileTurns - 1;
-        const int skip = tile_end ? (NWG - 1) * kChunks : 0;  // records between this tile's end and the next's
-        a_n = tile_end ? a_src : a_c + kSlots * detail::kChunkK;
-        code_n = code_c + (kSlots + skip) * detail::kCodeRecord;
-        scale_n = scale_c + (kSlots + skip) * detail::kScaleRecord;
+  }
+  detail::cp_async_wait<0>();
+
+  // ---- epilogue: accum(v0 + 2*v1 + 4*v2) is (weight row 16*warp + g + 8*v1, token 2*q + v0 + 8*v2) ----
+  const int q = lane % 4;
+  const int wrow = wt * kBlockRows + wg * 64 + warp_in_wg * 16 + g;  // v1 adds 8
 #pragma unroll
-        for (int s = 0; s < kSlots; ++s) mainloop_step((r * kTileTurns + turn) * kSlots, s, s, tCrA);
-        a_c = a_n;
-        code_c = code_n;
-        scale_c = scale_n;
-      }
-      if (r + 1 < WTILES) {
-        store_tile(wt0 + r);
-        clear(accum);
+  for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+    for (int v0 = 0; v0 < 2; ++v0) {
+      const int n = 2 * q + v0 + 8 * v2;
+      if (n >= rows_valid) continue;
+      const int m = row0 + n;
+      const float scale = token_scale[n];
+      const float y0 = accum(v0 + 4 * v2) * scale;      // row wrow
+      const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row wrow + 8
+      if constexpr (EPI == Epilogue::Plain) {
+        p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
+        p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
+      } else if constexpr (EPI == Epilogue::RouterWeight) {
+        const float rw = token_weight[n];
+        p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
+        p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
+      } else {
+        // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
+        const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
+        p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
       }
     }
   }
-  detail::cp_async_wait<0>();
-  store_tile(wt0 + WTILES - 1);
 
   if constexpr (EPI == Epilogue::SwigluQuant) {
     // The last CTA to finish this token tile quantizes its complete rows of h (order-independent).
@@ -484,7 +430,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     __syncthreads();
     if (tid == 0) {
       const int done = atomicAdd(&p.tile_counters[y_tile], 1);
-      item[1] = (done == N / (kBlockRows * WTILES) - 1);
+      item[1] = (done == N / kBlockRows - 1);
     }
     __syncthreads();
     if (!item[1]) return;

@@ -54,9 +54,6 @@ class TileConfig:
     # quantization) and the quantize kernel then rounds h's rows (same stream, the same bits): the
     # "fused" outputs in two launches. The other kinds' kernels ignore it.
     quantize_after: bool = False
-    # v1: weight tiles of 64 * warpgroups rows one CTA computes in turn, one K ring running through them (the
-    # offsets scan, token rows and ring fill once per CTA, not per weight tile); K a whole number of ring turns
-    weight_tiles: int = 1
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -216,11 +213,6 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(TILE_TABLE[2][1], quantize_after=True),
     # auto_ov's gate_up tiles: auto's v1 tiles with the overlapped main loop, quantized afterwards
     *(overlapped(tile) for _, tile in AUTO_GATE_UP_TABLE if tile.variant == "v1"),
-    # weight tiles in turn: the one-warpgroup decode tile (4 per CTA), the two-warpgroup TN=8 ring (2: the next
-    # tile's records lie a warpgroup's K further), and TN=32 with one warpgroup (the gather loop's chunk wraps)
-    replace(V1_ONE_WARPGROUP_DECODE_TILE, weight_tiles=4),
-    replace(TILE_TABLE[0][1], weight_tiles=2, quantize_after=True),
-    TileConfig(32, 3, 2, 1, chunks_per_stage=2, weight_tiles=2),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -275,14 +267,11 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
 
 def fit_chunks(tile: TileConfig, k: int) -> TileConfig:
     """A v1 tile whose stages of chunks_per_stage K chunks do not divide K (e.g. K=64 with two): the same
-    ring of chunk slots as stages of one chunk; weight tiles in turn, where K is not a whole number of ring
-    turns: one weight tile per CTA. Other tiles as they are."""
+    ring of chunk slots as stages of one chunk. Other tiles as they are."""
     cps = tile.chunks_per_stage
-    if tile.variant != "ws" and cps > 1 and k % (CHUNK_K * cps):
-        tile = replace(tile, stages=tile.stages * cps, chunks_per_stage=1)
-    if tile.weight_tiles > 1 and (k // CHUNK_K) % (tile.stages * tile.chunks_per_stage):
-        tile = replace(tile, weight_tiles=1)
-    return tile
+    if tile.variant == "ws" or cps == 1 or k % (CHUNK_K * cps) == 0:
+        return tile
+    return replace(tile, stages=tile.stages * cps, chunks_per_stage=1)
 
 
 def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> TileConfig:
@@ -291,15 +280,13 @@ def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> 
 
 def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None) -> TileConfig:
     """v1's tile for `average` rows per expert where the "auto" table's tile does not fit K (or N)."""
-    for candidate in (tile, replace(tile, weight_tiles=1)):  # (weight tiles in turn that N or K cannot split)
-        try:
-            check_tile(candidate, k)
-            if n is not None:
-                warpgroups_for(n, candidate)
-            return candidate
-        except ValueError:
-            pass
-    return fit_chunks(replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after), k)
+    try:
+        check_tile(tile, k)
+        if n is not None:
+            warpgroups_for(n, tile)
+        return tile
+    except ValueError:
+        return fit_chunks(replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after), k)
 
 
 @dataclass(frozen=True)
@@ -328,14 +315,13 @@ def gemm_dims(shape: "ModelShape | MoEDims", kind: str) -> tuple[int, int]:
 
 
 def warpgroups_for(n: int, tile: TileConfig | None = None) -> int:
-    mt = tile.m_tiles * tile.weight_tiles if tile is not None else 1  # 64-row tiles per warpgroup
+    mt = tile.m_tiles if tile is not None else 1
     if tile is not None and tile.warpgroups:
         if n % (64 * tile.warpgroups * mt):
-            raise ValueError(f"N={n} is not a multiple of 64 * warpgroups={tile.warpgroups} * m_tiles="
-                             f"{tile.m_tiles} * weight_tiles={tile.weight_tiles}")
+            raise ValueError(f"N={n} is not a multiple of 64 * warpgroups={tile.warpgroups} * m_tiles={mt}")
         return tile.warpgroups
     if n % (64 * mt):
-        raise ValueError(f"N={n} is not a multiple of 64 * m_tiles * weight_tiles={mt}")
+        raise ValueError(f"N={n} is not a multiple of 64 * m_tiles={mt}")
     return 2 if n % (128 * mt) == 0 else 1
 
 
@@ -383,13 +369,7 @@ def check_tile(tile: TileConfig, k: int) -> None:
         raise ValueError(f"m_tiles and async_epilogue are ws knobs: {tile}")
     if tile.variant != "ws" and (tile.chunks_per_stage not in (1, 2, 4) or k % (CHUNK_K * tile.chunks_per_stage)):
         raise ValueError(f"v1 chunks_per_stage must be 1, 2 or 4 with K % (64 x it) == 0, got K={k}: {tile}")
-    slots = tile.stages * tile.chunks_per_stage
-    if tile.weight_tiles < 1 or (tile.weight_tiles > 1 and (tile.variant == "ws" or tile.overlap
-                                                             or (k // CHUNK_K) % slots)):
-        raise ValueError(f"weight_tiles must be >= 1; above 1 it needs a v1 tile without overlap and K a whole "
-                         f"number of ring turns "
-                         f"(K/64 % (stages x chunks_per_stage) == 0), got K={k}: {tile}")
-    if tile.variant != "ws" and tile.overlap and (tile.stages < 3 or slots % 2):
+    if tile.variant != "ws" and tile.overlap and (tile.stages < 3 or tile.stages * tile.chunks_per_stage % 2):
         raise ValueError(f"v1 overlap needs 3 or more stages and an even number of ring slots (stages x "
                          f"chunks_per_stage): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
@@ -428,8 +408,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
         extra = {}
     else:
         extra = {"st": tile.stages, "mb": min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
-                 "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {}),
-                 **({"wt": tile.weight_tiles} if tile.weight_tiles > 1 else {})}
+                 "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -437,11 +416,11 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "stages": tile.stages, "min_blocks": min_blocks, "epilogue": epilogue,
               "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false",
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
-              "m_tiles": tile.m_tiles, "weight_tiles": tile.weight_tiles,
+              "m_tiles": tile.m_tiles,
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
-              "block_rows": 64 * nwg * tile.m_tiles * tile.weight_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
+              "block_rows": 64 * nwg * tile.m_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
               "persistent": tile.variant == "ws", "min_blocks": min_blocks, "warpgroups": nwg}
     return KernelSpec(op="moe_gemm", name=name, template="moe_gemm.cu.jinja", params=params, launch=launch,
                       headers=HEADERS, needs_cutlass=True)
