@@ -6,6 +6,7 @@
 #   (2) sweep_moe_gemm_tiles.py --tiles: each decode table tile at 1-8 weight tiles per CTA, down GEMM and
 #       fused gate_up (quantize_after, as auto runs it) timed apart, both presets
 #   (3) memcheck / racecheck on the tiny layer over every tiling
+# Ran at 8f30b04 (moe_weight_tiles_h200.json); the next commit removed weight_tiles, so it needs that commit.
 # Usage (repo root; carry .whl and .tkcache): OUT=$OUT bash profiling/run_gpu_checks_moe_weight_tiles.sh
 set -uo pipefail
 OUT=${OUT:-runs/moe_weight_tiles}

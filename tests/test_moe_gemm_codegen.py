@@ -290,6 +290,10 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
     # auto: the ws tile (<= 1/8 row per expert) keeps the in-kernel quantization, every v1 tile (the
     # one-warpgroup tile at <= 1 row per expert too) quantizes after the GEMM
     assert not codegen.tile_for_rows(8, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after
+    # below 1/8 row per expert both gate_up kernels run ws with one consumer warpgroup, the down GEMM two
+    for kind in ("gate_up_swiglu", "gate_up"):
+        assert codegen.tile_for_rows(16, 128, "auto", k=2048, kind=kind, n=1536) == codegen.WS_ONE_WARPGROUP_TILE
+    assert codegen.tile_for_rows(16, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.WS_TILE_TABLE[0][1]
     t8 = codegen.tile_for_rows(64, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536)
     assert dataclasses.replace(t8, quantize_after=False) == codegen.V1_ONE_WARPGROUP_DECODE_TILE and t8.quantize_after
     assert codegen.tile_for_rows(64, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.V1_ONE_WARPGROUP_DECODE_TILE

@@ -11,8 +11,8 @@ Variants (TileConfig.variant; bitwise identical outputs, tested):
   "ws"  moe_gemm_ws.cuh: persistent CTAs, a producer warpgroup (cp.async.bulk weights + cp.async
         activations on an mbarrier ring), consumer warpgroups decoupled; verified on the H200
         (2026-11-29, bitwise equal to v1).
-  "auto" (the default) a table mixing both by regime: ws below 1/8 routed row per expert, v1 beyond
-        (measured 2026-12-01).
+  "auto" (the default) a table mixing both by regime: ws below 1/8 routed row per expert (the gate_up with
+        one consumer warpgroup), v1 beyond (measured 2026-12-01 and since).
 Both variants dequantize the encoded weights (moe_encoding.py) with ALU operations (moe_dequant.cuh).
 DEFAULT_VARIANT (env TRACE_KERNELS_MOE_VARIANT: auto | v1 | ws) picks the table `tile_for_rows` uses.
 """
@@ -153,7 +153,14 @@ WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
 # The one-warpgroup tile (T=8) quantizes afterwards too since 2026-12-02 (fifth session, two rounds of
 # auto vs auto_qa, profiling/results/moe_gemm_h200_qa_t8.json): layer 30B T=8 0.0664 -> 0.0637 ms, fused
 # epilogue +25% -> +8% over its plain GEMM; 235B T=8 0.1838 -> 0.1775 ms, +10% -> +3%.
-AUTO_GATE_UP_TABLE = AUTO_TILE_TABLE[:1] + tuple(
+# Below 1/8 routed row per expert both gate_up kernels run the ws tile with one consumer warpgroup at 3 CTAs/SM
+# (twice the items of the two-warpgroup tile: a shorter round-robin tail): in the same-run sweep of 2026-12-02
+# (eleventh session, profiling/results/moe_t1_tiles_h200.json) its fused gate_up took 8-14% less at T = 1 and 2
+# on both presets (30B T=1 0.0179 vs 0.0195 ms, 235B 0.0285 vs 0.0312). The down GEMM keeps the two-warpgroup
+# tile there (235B T=1: 0.0243 vs 0.0212 ms).
+WS_ONE_WARPGROUP_TILE = TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2)
+AUTO_GATE_UP_PLAIN_TABLE = ((0.125, WS_ONE_WARPGROUP_TILE),) + AUTO_TILE_TABLE[1:]
+AUTO_GATE_UP_TABLE = AUTO_GATE_UP_PLAIN_TABLE[:1] + tuple(
     (limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE[1:])
 # "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
@@ -161,6 +168,7 @@ AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": tuple((limit, DOWN_TN32_TILE if tile == TILE_TABLE[2][1] else tile) for limit, tile in
                          AUTO_TILE_TABLE[:-1]) + ((float("inf"), WS_PREFILL_DOWN_TILE),),
     "gate_up_swiglu": AUTO_GATE_UP_TABLE,
+    "gate_up": AUTO_GATE_UP_PLAIN_TABLE,
 }
 # A down GEMM with a short K (30B: K = I = 768, 12 chunks) runs the one-warpgroup tile up to 6 rows per
 # expert: twice the CTAs, each with half the rows, hide more of every CTA's prologue and epilogue. Same-run
@@ -189,7 +197,7 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # round-robin tail; the fastest tile at T=1 on 30B), and prefill with 256 weight rows per CTA
     # (each consumer warpgroup two m64 tiles). Measured on 2026-12-01 and dropped: four consumer
     # warpgroups x 1 CTA/SM and the overlapped decode main loop (no faster; docs/moe_gemm.md).
-    TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2),
+    WS_ONE_WARPGROUP_TILE,  # (auto's gate_up tile below 1/8 routed row per expert)
     WS_PREFILL_DOWN_TILE,  # (the auto table's down tile in prefill; kept here for the gate_up A/B)
     # the decode table tile with the fused epilogue's fence + atomic + last-CTA quantize moved off the
     # consumers onto the producer warpgroup's spare warps (T=8: 0.075 vs 0.083 ms on 30B)
