@@ -160,8 +160,8 @@ WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
 # tile there (235B T=1: 0.0243 vs 0.0212 ms).
 WS_ONE_WARPGROUP_TILE = TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2)
 AUTO_GATE_UP_PLAIN_TABLE = ((0.125, WS_ONE_WARPGROUP_TILE),) + AUTO_TILE_TABLE[1:]
-AUTO_GATE_UP_TABLE = AUTO_GATE_UP_PLAIN_TABLE[:1] + tuple(
-    (limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE[1:])
+AUTO_GATE_UP_TABLE = tuple((limit, replace(tile, quantize_after=tile.variant == "v1"))
+                           for limit, tile in AUTO_GATE_UP_PLAIN_TABLE)
 # "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
