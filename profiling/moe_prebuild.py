@@ -4,7 +4,9 @@ Builds every table's kernels (specs_for_shape over TILE_TABLES, or --tables T1,T
 quantize_after tiles launch, and the off-table tilings (EXTRA_TILES) that tests/gpu/test_moe_gemm.py exercises
 and the benchmark's --extra-tokens times (not with --no-extras), so none compiles one by one. Lists the kernels
 ptxas serialized (its C751x wgmma notes).
-Usage: moe_prebuild.py [--jobs N] [--tables T1,T2] [--no-extras] PRESET...
+With --tiles (sweep_moe_gemm_tiles.py's format, ';'-separated) it also builds those tilings' fused gate_up (as
+launched) and down kernels, so a sweep on the GPU finds them in the cache.
+Usage: moe_prebuild.py [--jobs N] [--tables T1,T2] [--no-extras] [--tiles TILES] PRESET...
 """
 
 import argparse
@@ -25,6 +27,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--tables", default="", help="TILE_TABLES keys, comma separated (default: all)")
     parser.add_argument("--no-extras", dest="extras", action="store_false", help="skip EXTRA_TILES")
+    parser.add_argument("--tiles", default="", help="explicit tilings, as sweep_moe_gemm_tiles.py --tiles takes them")
     parser.add_argument("presets", nargs="*", default=["tiny"])
     args = parser.parse_args()
     tables = tuple(args.tables.split(",")) if args.tables else tuple(codegen.TILE_TABLES)
@@ -33,10 +36,27 @@ def main() -> int:
         shape = shapes.resolve(name)
         for spec in codegen.specs_for_shape(shape, tables) + quantize.specs_for_shape(shape):
             specs[spec.name] = spec
+        if args.tiles:
+            from sweep_moe_gemm_tiles import explicit_tiles  # (imports torch)
+            sweep_tiles = explicit_tiles(args.tiles)
+        else:
+            sweep_tiles = []
+        for tile in sweep_tiles:
+            for kind in ("gate_up_swiglu", "down_routed"):
+                try:
+                    spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, tile), tile)
+                except ValueError as exc:
+                    print(f"skip {name} {kind} {tile}: {exc}")
+                    continue
+                specs[spec.name] = spec
         for tile in EXTRA_TILES if args.extras else ():
             for kind in codegen.CALL_KINDS:
                 fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
-                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
+                try:
+                    spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
+                except ValueError as exc:  # e.g. a resident activation tile larger than this K allows
+                    print(f"skip {name} {kind} {fitted}: {exc}")
+                    continue
                 specs[spec.name] = spec
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

@@ -25,7 +25,7 @@ from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import random_topk
 
-def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
+def candidates(grid: dict, experts: int, k: int) -> list[codegen.TileConfig]:
     out = []
     keys = ("variant", "tile_tokens", "stages", "min_blocks", "warpgroups", "proxy_fence", "overlap",
             "chunks_per_stage", "m_tiles")
@@ -41,7 +41,7 @@ def candidates(grid: dict, experts: int) -> list[codegen.TileConfig]:
         tile = codegen.TileConfig(tn, st, mb, wg, bool(pf), bool(ov), variant, cps, mt)
         if ov and variant == "v1" and st < 3:
             continue
-        if (codegen.smem_bytes(tile, wg, experts) + 1024) * mb <= 228 * 1024:  # min_blocks CTAs must fit an SM
+        if (codegen.smem_bytes(tile, wg, experts, k) + 1024) * mb <= 228 * 1024:  # min_blocks CTAs must fit an SM
             out.append(tile)
     return out
 
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         parser.error(f"--kinds: gate_up_swiglu and/or down_routed, got {args.kinds!r}")
     sweep_gate_up = "gate_up_swiglu" in kinds
     tiles = []
-    for t in explicit_tiles(args.tiles) if args.tiles else candidates(grid, shape.experts):
+    for t in explicit_tiles(args.tiles) if args.tiles else candidates(grid, shape.experts, shape.hidden):
         try:  # e.g. chunks_per_stage=2 or overlap needs K multiples that a shape may not have
             for kind in kinds:
                 codegen.gemm_spec(shape, codegen.launched_kind(kind, t), t)

@@ -9,6 +9,7 @@ import pytest
 
 from trace_kernels import paths, shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
+from trace_kernels.codegen.render import render_spec
 from trace_kernels.jit import compiler
 
 
@@ -49,7 +50,7 @@ def test_tile_table_and_smem():
     for tile in [t for table in codegen.TILE_TABLES.values() for _, t in table] + list(codegen.EXTRA_TILES):
         # min_blocks CTAs of the tile fit one SM's 227 KB (1 KB per CTA is reserved by the system)
         nwg = codegen.warpgroups_for(1536, tile)
-        assert (codegen.smem_bytes(tile, nwg, 128) + 1024) * tile.min_blocks <= 228 * 1024, tile
+        assert (codegen.smem_bytes(tile, nwg, 128, 2048) + 1024) * tile.min_blocks <= 228 * 1024, tile
     with pytest.raises(ValueError, match="N % 64"):
         codegen.gemm_spec(codegen.MoEDims(8, 256, 40), "gate_up_swiglu", codegen.TILE_TABLE[0][1])
     with pytest.raises(ValueError, match="variant"):
@@ -69,8 +70,31 @@ def test_tile_table_and_smem():
                                              codegen.TileConfig(8, 4, chunks_per_stage=2, overlap=True)).name
 
 
+def test_weights_direct_tiles():
+    """weights_direct: a v1 tile without a ring (stages = chunks_per_stage = 1) whose activations for the whole
+    K stay in shared memory; the generator's byte count mirrors MoESmem's, and bad tiles fail before a build."""
+    dims = codegen.MoEDims(128, 2048, 768)
+    tile = codegen.TileConfig(8, 1, 4, 1, weights_direct=4)
+    spec = codegen.gemm_spec(dims, "gate_up", tile)
+    assert spec.name.endswith("_tn8_st1_mb4_wg1_pf1_ov0_wd4_sm90a") and spec.params["weights_direct"] == 4
+    # TN x K bf16 activations (K = 2048: 32 chunks of 8 x 128 B) + token rows, tile starts, alignment; no weights
+    assert spec.params["smem_bytes"] == 32 * 8 * 128 + 8 * 12 + 129 * 4 + 16 + 1024
+    assert "WDIRECT=*/4>" in render_spec(spec)
+    assert "WDIRECT" not in render_spec(codegen.gemm_spec(dims, "gate_up", codegen.TILE_TABLE[0][1]))
+    for bad in (codegen.TileConfig(8, 2, weights_direct=4), codegen.TileConfig(8, 1, chunks_per_stage=2, weights_direct=4),
+                codegen.TileConfig(8, 5, variant="ws", weights_direct=4), codegen.TileConfig(8, 1, weights_direct=-1),
+                codegen.TileConfig(8, 1, proxy_fence=False, weights_direct=2)):
+        with pytest.raises(ValueError, match="weights_direct is a v1 knob"):
+            codegen.gemm_spec(dims, "gate_up", bad)
+    with pytest.raises(ValueError, match="stages >= 2"):
+        codegen.gemm_spec(dims, "gate_up", codegen.TileConfig(8, 1))
+    with pytest.raises(ValueError, match="resident"):  # 32 x 4096 x 2 bytes
+        codegen.gemm_spec(codegen.MoEDims(128, 4096, 1536), "gate_up", codegen.TileConfig(32, 1, weights_direct=2))
+
+
 def test_auto_ov_overlaps_auto_v1_tiles():
-    """auto_ov (A/B table): auto's tiles per GEMM kind, each v1 tile with the overlapped main loop."""
+    """auto_ov (A/B table): auto's tiles per GEMM kind, each v1 ring tile with the overlapped main loop (ws and
+    weights_direct tiles as they are)."""
     ov = codegen.overlapped
     tile = codegen.TileConfig(8, 2, chunks_per_stage=4)
     assert ov(tile) == codegen.TileConfig(8, 4, chunks_per_stage=2, overlap=True)
@@ -82,7 +106,7 @@ def test_auto_ov_overlaps_auto_v1_tiles():
             auto, auto_ov = codegen.tile_table("auto", kind, k), codegen.tile_table("auto_ov", kind, k)
             assert [limit for limit, _ in auto] == [limit for limit, _ in auto_ov]
             for (_, a), (_, b) in zip(auto, auto_ov):
-                assert b == ov(a) and (b.overlap or b.variant == "ws"), (kind, k, a, b)
+                assert b == ov(a) and (b.overlap or b.variant == "ws" or b.weights_direct), (kind, k, a, b)
                 codegen.check_tile(codegen.fit_chunks(b, k), k)
 
 
@@ -124,6 +148,7 @@ def test_pack_template_compiles_for_sm90a(tmp_path):
     ("tiny", "gate_up_swiglu", 8, "ws"),
     ("tiny", "gate_up_swiglu_h", 8, "v1"),  # the SwiGLU-only epilogue of quantize_after tiles
     ("qwen3-30b-a3b", "gate_up_swiglu_h", 32, "v1_overlap"),  # two A buffers, wgmma in flight across chunks
+    ("tiny", "down_routed", 16, "v1_direct"),  # weights straight into registers, 3 chunks ahead of 2
     ("qwen3-30b-a3b", "combine", 0, ""),
 ])
 def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, variant):
@@ -135,6 +160,7 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
         spec = codegen.combine_spec(shape)
     else:
         tiles = ([t for t in codegen.EXTRA_TILES if t.overlap and t.variant == "v1"] if variant == "v1_overlap"
+                 else [t for t in codegen.EXTRA_TILES if t.weights_direct] if variant == "v1_direct"
                  else [t for _, t in codegen.TILE_TABLES[variant]])
         spec = codegen.gemm_spec(shape, kind, next(t for t in tiles if t.tile_tokens == tile_tokens))
     report = _compile(spec, tmp_path)
@@ -151,6 +177,8 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
         assert ("setmaxnreg" in text) == (variant == "ws")
         if variant == "v1_overlap":
             assert "wgmma.wait_group.sync.aligned 1;" in text
+        if variant == "v1_direct":  # the weights never pass through shared memory
+            assert "ld.global.nc.L1::no_allocate.v4.u32" in text and "ld.global.nc.L1::no_allocate.v2.u32" in text
 
 
 _SWIZZLE_CHECK = r"""
@@ -249,16 +277,24 @@ def test_auto_down_gemm_has_its_own_prefill_tile():
     assert codegen.tile_for_rows(prefill, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).variant == "v1"
     assert codegen.tile_for_rows(prefill, 128, "auto").variant == "v1"  # no kind: the shared table
     assert codegen.tile_for_rows(prefill, 128, "v1", kind="down_routed").variant == "v1"  # only auto differs
-    for kind in codegen.KINDS:  # decode: v1's tile (the fused gate_up's quantized after the GEMM)
+    for kind in ("gate_up_swiglu", "gate_up"):  # decode: v1's tile (the fused gate_up's quantized after the GEMM)
         tile = codegen.tile_for_rows(decode, 128, "auto", kind=kind)
         assert dataclasses.replace(tile, quantize_after=False) == codegen.TILE_TABLE[0][1]
         assert tile.quantize_after == (kind == "gate_up_swiglu")
-    # a short-K down GEMM (30B: K=768) takes the one-warpgroup tile up to 6 rows per expert, 235B's does not
-    for k, want in ((768, codegen.V1_ONE_WARPGROUP_DECODE_TILE), (1536, codegen.TILE_TABLE[0][1])):
+    # the down GEMM's decode tiles take their weights straight into registers: a short K (30B: K=768) two
+    # chunks ahead, and at TN=16 too; a longer one (235B) four ahead, its TN=16 keeps the ring
+    tn16 = 8 * 128  # 8 routed rows per expert
+    for k, want, want16 in ((768, codegen.DOWN_DIRECT_SHORT_K_TILE, codegen.DOWN_DIRECT_TN16_SHORT_K_TILE),
+                            (1536, codegen.DOWN_DIRECT_TILE, codegen.TILE_TABLE[1][1])):
         for variant in ("auto", "auto_qa"):
             assert codegen.tile_for_rows(decode, 128, variant, k=k, kind="down_routed", n=2048) == want
-        two_warpgroups = codegen.tile_for_rows(decode, 128, "auto_down2wg", k=k, kind="down_routed", n=2048)
-        assert two_warpgroups == codegen.TILE_TABLE[0][1]  # the A/B table without the short-K rule
+            assert codegen.tile_for_rows(tn16, 128, variant, k=k, kind="down_routed", n=2048) == want16
+        long_k_table = codegen.tile_for_rows(decode, 128, "auto_down2wg", k=k, kind="down_routed", n=2048)
+        assert long_k_table == codegen.DOWN_DIRECT_TILE  # the A/B table without the short-K rule
+    assert all(t.weights_direct for t in (codegen.DOWN_DIRECT_TILE, codegen.DOWN_DIRECT_SHORT_K_TILE,
+                                          codegen.DOWN_DIRECT_TN16_SHORT_K_TILE))
+    # K = 12288: TN=8 x K bf16 activations exceed the resident cap -> v1's ring tile for the rows
+    assert codegen.tile_for_rows(decode, 128, "auto", k=12288, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile
     assert codegen.tile_for_rows(prefill, 8, "auto", k=128, kind="down_routed", n=192) == codegen.TILE_TABLE[-1][1]
@@ -296,6 +332,6 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
     assert codegen.tile_for_rows(16, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.WS_TILE_TABLE[0][1]
     t8 = codegen.tile_for_rows(64, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536)
     assert dataclasses.replace(t8, quantize_after=False) == codegen.V1_ONE_WARPGROUP_DECODE_TILE and t8.quantize_after
-    assert codegen.tile_for_rows(64, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.V1_ONE_WARPGROUP_DECODE_TILE
+    assert codegen.tile_for_rows(64, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.DOWN_DIRECT_SHORT_K_TILE
     for rows in (512, 8192, 131072):
         assert codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after

@@ -15,6 +15,9 @@
 //     wgmma.m64nTNk16 with A from registers and B = the gathered activation rows (K-major,
 //     128B-swizzled) in shared memory; tokens are the wgmma N dimension.
 //   * a STAGES-deep cp.async ring; a stage holds CPS K chunks of 64 (one wait + CTA barrier per stage).
+//   * or (WDIRECT > 0) the token tile's activations for the whole K resident in shared memory (one wait +
+//     CTA barrier per CTA) and each thread's weight bytes loaded straight into registers WDIRECT chunks
+//     ahead: no shared-memory round trip and no CTA barrier in the main loop.
 // Epilogues: Plain (bf16 [M, N]), SwigluQuant (gate/up rows interleaved by 8: a thread holds the
 // gate and up of the same intermediate index; bf16 SwiGLU h, then the last CTA of a token tile
 // quantizes whole rows of h to NVFP4 + guidance), Swiglu (SwigluQuant's h only: the caller quantizes
@@ -84,6 +87,18 @@ __device__ __forceinline__ void cp_async_16_if(void* smem_dst, const void* gmem_
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// Weight bytes read once (WDIRECT): straight into registers, not kept in L1.
+__device__ __forceinline__ uint4 ldg_stream_16(const void* src) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src));
+  return v;
+}
+__device__ __forceinline__ uint2 ldg_stream_8(const void* src) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(src));
+  return v;
+}
 // cp.async writes through the generic proxy; wgmma reads shared memory through the async proxy.
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -94,11 +109,12 @@ __device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __e
 }  // namespace detail
 
 // Shared-memory plan of one CTA; the generator passes its own byte count and the kernel checks it.
-template <int TN, int NWG, int STAGES>
+// WEIGHTS = false: the ring holds activations only (weights go straight to registers, WDIRECT).
+template <int TN, int NWG, int STAGES, bool WEIGHTS = true>
 struct MoESmem {
   static constexpr int kBStage = TN * detail::kChunkK * 2;          // bf16 activation tile
-  static constexpr int kCodesStage = NWG * detail::kCodeRecord;
-  static constexpr int kScalesStage = NWG * detail::kScaleRecord;
+  static constexpr int kCodesStage = WEIGHTS ? NWG * detail::kCodeRecord : 0;
+  static constexpr int kScalesStage = WEIGHTS ? NWG * detail::kScaleRecord : 0;
   static constexpr int kB = 0;                                       // 1024-aligned (SW128)
   static constexpr int kCodes = kB + STAGES * kBStage;
   static constexpr int kScales = kCodes + STAGES * kCodesStage;
@@ -167,21 +183,25 @@ __device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expe
 // cp.async + GMMA mainloops issue no such fence. false is an experiment until tested on the GPU.
 // OVERLAP: see the main loop. Slower than the plain loop at every table tile on the H200 (docs/moe_gemm.md,
 // eleventh session of 2026-12-02), so only the A/B table auto_ov and extra tiles use it.
+// WDIRECT > 0: weights straight into registers WDIRECT K chunks ahead, activations resident for the whole K
+// (STAGES, CPS, PROXY_FENCE and OVERLAP then unused: one ring slot per K chunk, one fence per CTA).
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
-          bool OVERLAP = false, int CPS = 1>
+          bool OVERLAP = false, int CPS = 1, int WDIRECT = 0>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
-  constexpr int kSlots = STAGES * CPS;     // chunk slots of the ring
-  using Smem = MoESmem<TN, NWG, kSlots>;
+  constexpr bool kDirect = WDIRECT > 0;
+  constexpr int kSlots = kDirect ? K / detail::kChunkK : STAGES * CPS;  // chunk slots of the ring
+  using Smem = MoESmem<TN, NWG, kSlots, !kDirect>;
   constexpr int kThreads = NWG * 128;
   constexpr int kBlockRows = 64 * NWG;     // weight rows per CTA
   constexpr int kRowTiles = N / 64;        // 64-row tiles per expert
   constexpr int kChunks = K / detail::kChunkK;
   static_assert(N % kBlockRows == 0 && K % detail::kChunkK == 0, "N % (64*NWG) and K % 64 must be 0");
   static_assert(TN % 8 == 0 && TN >= 8 && TN <= 256, "wgmma N is 8..256 in steps of 8");
-  static_assert(STAGES >= 2, "need at least a double buffer");
+  static_assert(kDirect || STAGES >= 2, "need at least a double buffer");
   static_assert(CPS >= 1 && kChunks % CPS == 0, "K % (64 CPS) == 0");
   static_assert(!OVERLAP || kSlots % 2 == 0, "OVERLAP alternates two A buffers by ring slot: STAGES * CPS even");
+  static_assert(!kDirect || (!OVERLAP && STAGES == 1 && CPS == 1), "WDIRECT: no ring (STAGES = CPS = 1), no OVERLAP");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
 
@@ -253,10 +273,26 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // they stream in while that kernel finishes. They join the first stage's cp.async group below.
   constexpr int kAheadStages = OVERLAP ? STAGES - 2 : STAGES - 1;  // prefetch distance (main loop)
   constexpr int kAhead = kAheadStages * CPS;  // in chunks
-  static_assert(kAheadStages >= 1, "OVERLAP needs STAGES >= 3");
+  static_assert(kDirect || kAheadStages >= 1, "OVERLAP needs STAGES >= 3");
 #pragma unroll
   for (int s = 0; s < kAhead; ++s)
     if (s < kChunks) load_weights(s, s);
+  // WDIRECT: this thread's code word quad and its rows' scale bytes of chunks c .. c + WDIRECT - 1, the
+  // same bytes the ring's stage would hold at tid * 16 and wg * 256 + (warp_in_wg * 8 + g) * 8
+  constexpr int kDirectAhead = kDirect ? WDIRECT : 1;
+  uint4 direct_codes[kDirectAhead];
+  uint2 direct_scales[kDirectAhead];
+  const uint8_t* direct_scale_c = p.w_scales + (record + static_cast<size_t>(wg) * kChunks) * detail::kScaleRecord +
+                                  (tid % 128) / 4 * 8;
+  if constexpr (kDirect) {
+#pragma unroll
+    for (int r = 0; r < WDIRECT; ++r) {
+      if (r < kChunks) {
+        direct_codes[r] = detail::ldg_stream_16(code_c + r * detail::kCodeRecord);
+        direct_scales[r] = detail::ldg_stream_8(direct_scale_c + r * detail::kScaleRecord);
+      }
+    }
+  }
   pdl::wait_for_prerequisite_grid();  // the activations, their row scales: the previous kernel's outputs
 
   load_token_rows<TN, EPI>(p, expert, row0, rows_valid, tid, kThreads, src_rows, token_scale, token_weight);
@@ -309,16 +345,42 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // A register buffer (even ring slots use tCrA, odd ones tCrA_next; wait 1). The previous stage's
   // wgmmas may still read it when a stage begins, so the ring refills the stage read two stages before:
   // prefetch distance STAGES-2.
+  if constexpr (kDirect) {  // the whole K, one group
 #pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < kChunks) load_activations(0, s, s);
-    if (s % CPS == CPS - 1) detail::cp_async_commit();
+    for (int c = 0; c < kChunks; ++c) load_activations(0, c, c);
+    detail::cp_async_commit();
+  } else {
+#pragma unroll
+    for (int s = 0; s < kAhead; ++s) {
+      if (s < kChunks) load_activations(0, s, s);
+      if (s % CPS == CPS - 1) detail::cp_async_commit();
+    }
   }
   pdl::allow_dependent_launch();  // every CTA is past its prologue: the next kernel may get resident
   const int lane = tid % 32, warp_in_wg = (tid % 128) / 32;
   const int g = lane / 4;
   Tensor tCrA_next = make_fragment_like(tCrA);  // second A buffer (OVERLAP only; dead code otherwise)
 
+  // One K chunk: this thread's 4 code words and its rows' 8 scale bytes -> 4 k16 steps of A registers, then
+  // the chunk's wgmmas against ring slot `stage` of the activations.
+  auto mma_chunk = [&](const uint4 codes, const uint2 scales, const int stage, auto& frag_a) {
+    const uint32_t code_words[4] = {codes.x, codes.y, codes.z, codes.w};
+    auto a_u32 = recast<uint32_t>(frag_a);  // (4 regs, 1, 4)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
+      uint32_t regs[4];
+      dequant::dequant_step(code_words[j], dequant::scale_pair(j < 2 ? scales.x : scales.y, j), regs);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) a_u32(b, 0, j) = regs[b];
+    }
+    if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
+    warpgroup_arrive();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) cute::gemm(tiled_mma, frag_a(_, _, j), tCrB(_, _, j, stage), accum);
+    warpgroup_commit_batch();
+    warpgroup_wait<OVERLAP ? 1 : 0>();
+    if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
+  };
   // chunk = chunk0 + rel in ring slot `stage` == chunk % kSlots; the caller passes rel and stage as
   // constants where it can (see below), with a_c, code_c, scale_c at chunk0
   auto mainloop_step = [&](const int chunk0, const int rel, const int stage, auto& frag_a) {
@@ -338,27 +400,36 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     const uint4 codes = *reinterpret_cast<const uint4*>(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16);
     const uint2 scales = *reinterpret_cast<const uint2*>(smem + Smem::kScales + stage * Smem::kScalesStage +
                                                          wg * detail::kScaleRecord + (warp_in_wg * 8 + g) * 8);
-    const uint32_t code_words[4] = {codes.x, codes.y, codes.z, codes.w};
-    auto a_u32 = recast<uint32_t>(frag_a);  // (4 regs, 1, 4)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
-      uint32_t regs[4];
-      dequant::dequant_step(code_words[j], dequant::scale_pair(j < 2 ? scales.x : scales.y, j), regs);
-#pragma unroll
-      for (int b = 0; b < 4; ++b) a_u32(b, 0, j) = regs[b];
-    }
-    if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
-    warpgroup_arrive();
-#pragma unroll
-    for (int j = 0; j < 4; ++j) cute::gemm(tiled_mma, frag_a(_, _, j), tCrB(_, _, j, stage), accum);
-    warpgroup_commit_batch();
-    warpgroup_wait<OVERLAP ? 1 : 0>();
-    if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
+    mma_chunk(codes, scales, stage, frag_a);
   };
   // Unrolled by the ring's slots: every slot index, and with it each shared-memory offset and wgmma
-  // descriptor, is a compile-time constant, and a chunk's global offsets are one base per turn of the
-  // ring plus immediates (the decode tiles issue few instructions per chunk besides these).
-  if constexpr (OVERLAP) {
+  // descriptor, is a compile-time constant, and a chunk's global offsets are one base per turn of the ring
+  // plus immediates (the decode tiles issue few instructions per chunk besides these). WDIRECT: unrolled by
+  // the register buffers, whose index must be constant; the resident activation chunk (and descriptor) is
+  // one add per chunk.
+  if constexpr (kDirect) {
+    // every activation chunk landed for every thread (the one wait and barrier of the CTA)
+    detail::cp_async_wait<0>();
+    detail::fence_proxy_async_shared();
+    __syncthreads();
+    for (int chunk0 = 0; chunk0 < kChunks; chunk0 += WDIRECT) {
+#pragma unroll
+      for (int r = 0; r < WDIRECT; ++r) {
+        const int chunk = chunk0 + r;
+        if (kChunks % WDIRECT == 0 || chunk < kChunks) {
+          const uint4 codes = direct_codes[r];
+          const uint2 scales = direct_scales[r];
+          if (chunk + WDIRECT < kChunks) {  // refill the registers just read, WDIRECT chunks ahead
+            direct_codes[r] = detail::ldg_stream_16(code_c + (r + WDIRECT) * detail::kCodeRecord);
+            direct_scales[r] = detail::ldg_stream_8(direct_scale_c + (r + WDIRECT) * detail::kScaleRecord);
+          }
+          mma_chunk(codes, scales, chunk, tCrA);
+        }
+      }
+      code_c += WDIRECT * detail::kCodeRecord;
+      direct_scale_c += WDIRECT * detail::kScaleRecord;
+    }
+  } else if constexpr (OVERLAP) {
     // kSlots is even, so a slot's parity is its chunk's and the two A buffers alternate. The wgmmas
     // drain at the end of every turn: with one still in flight across the loop's back edge, or under a
     // run-time "chunk exists" test, ptxas serializes every wgmma of the kernel (C7513 / C7511: a wait

@@ -54,6 +54,11 @@ class TileConfig:
     # quantization) and the quantize kernel then rounds h's rows (same stream, the same bits): the
     # "fused" outputs in two launches. The other kinds' kernels ignore it.
     quantize_after: bool = False
+    # v1: each thread's weight bytes loaded straight into registers this many K chunks ahead, the token
+    # tile's activations resident in shared memory for the whole K (one wait and CTA barrier per CTA, none
+    # in the main loop); 0: weights and activations through the cp.async ring. Needs stages = 1 and
+    # chunks_per_stage = 1 (no ring), TN x K x 2 bytes of shared memory.
+    weights_direct: int = 0
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -119,7 +124,7 @@ AUTO_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
 def overlapped(tile: TileConfig) -> TileConfig:
     """A v1 tile with the overlapped main loop (two A buffers: 3 or more stages, an even ring): a ring of
     fewer stages as stages of two chunks, and TN >= 128 at 1 CTA/SM (at 2 the second A buffer spills).
-    ws tiles, and rings it cannot take, as they are."""
+    ws and weights_direct tiles (no ring), and rings it cannot take, as they are."""
     if tile.variant != "v1" or tile.overlap:
         return tile
     slots = tile.stages * tile.chunks_per_stage
@@ -134,7 +139,7 @@ def overlapped(tile: TileConfig) -> TileConfig:
 TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized afterwards by the quantize kernel (A/B runs)
                "auto_qa": tuple((limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE),
-               # "auto" without DOWN_SHORT_K_TABLE: every down GEMM keeps the two-warpgroup TN=8 tile (A/B runs)
+               # "auto" without DOWN_SHORT_K_TABLE: every down GEMM on the long-K table (A/B runs)
                "auto_down2wg": AUTO_TILE_TABLE}
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov")  # per-kind tables and the ws -> v1 fallback
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
@@ -164,9 +169,21 @@ AUTO_GATE_UP_TABLE = tuple((limit, replace(tile, quantize_after=tile.variant == 
                            for limit, tile in AUTO_GATE_UP_PLAIN_TABLE)
 # "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
+# The down GEMM's decode tiles load each thread's weight bytes straight into registers (weights_direct), one
+# warpgroup at 4 CTAs/SM: no ring, no CTA barrier or proxy fence in the main loop. Same-run sweep of 2026-12-03
+# (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms against the
+# ring tiles before: 30B (K = 768, 2 chunks ahead) T=8 / 32 / 64 0.0245 / 0.0410 / 0.0476 vs 0.0257 / 0.0437 /
+# 0.0497, and TN=16 at T=128 0.0526 vs 0.0551; 235B (K = 1536, 4 ahead) T=8 / 32 / 64 0.0624 / 0.1211 / 0.1417 vs
+# 0.0683 / 0.1234 / 0.1420. The gate_up GEMMs (N = 2I) gained at most 1% and keep their rings; so does the
+# 235B down GEMM at TN=16 (0.170 vs 0.148 ms). A K whose resident activations do not fit falls back to v1's
+# ring (auto_fallback).
+DOWN_DIRECT_TILE = TileConfig(8, 1, 4, 1, weights_direct=4)
+DOWN_DIRECT_SHORT_K_TILE = TileConfig(8, 1, 4, 1, weights_direct=2)
+DOWN_DIRECT_TN16_SHORT_K_TILE = TileConfig(16, 1, 4, 1, weights_direct=4)
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
-    "down_routed": tuple((limit, DOWN_TN32_TILE if tile == TILE_TABLE[2][1] else tile) for limit, tile in
-                         AUTO_TILE_TABLE[:-1]) + ((float("inf"), WS_PREFILL_DOWN_TILE),),
+    "down_routed": (AUTO_TILE_TABLE[0], (6.0, DOWN_DIRECT_TILE)) + tuple(
+        (limit, DOWN_TN32_TILE if tile == TILE_TABLE[2][1] else tile) for limit, tile in AUTO_TILE_TABLE[3:-1]) +
+    ((float("inf"), WS_PREFILL_DOWN_TILE),),
     "gate_up_swiglu": AUTO_GATE_UP_TABLE,
     "gate_up": AUTO_GATE_UP_PLAIN_TABLE,
 }
@@ -177,8 +194,10 @@ AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
 # 0.0597-0.0598, 0.1147-0.1150 -> 0.1118-0.1120, 0.1268-0.1270 -> 0.1241-0.1245 ms; on 235B (K=1536) the
 # same change cost 0.4-1.2% at T=32-64, so longer K keeps the two-warpgroup tile.
 DOWN_ONE_WARPGROUP_MAX_K = 1024
-DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, V1_ONE_WARPGROUP_DECODE_TILE),
-                      *((limit, tile) for limit, tile in AUTO_KIND_TILE_TABLES["down_routed"] if limit > 6.0))
+# Since 2026-12-03 both run weights_direct tiles (above), this one also at TN=16.
+DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, DOWN_DIRECT_SHORT_K_TILE),
+                      (12.0, DOWN_DIRECT_TN16_SHORT_K_TILE),
+                      *((limit, tile) for limit, tile in AUTO_KIND_TILE_TABLES["down_routed"] if limit > 12.0))
 # The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
 DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "auto")
 if DEFAULT_VARIANT not in TILE_TABLES:
@@ -221,6 +240,14 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(TILE_TABLE[2][1], quantize_after=True),
     # auto_ov's gate_up tiles: auto's v1 tiles with the overlapped main loop, quantized afterwards
     *(overlapped(tile) for _, tile in AUTO_GATE_UP_TABLE if tile.variant == "v1"),
+    # weights straight into registers, activations resident (weights_direct): the one- and two-warpgroup
+    # TN=8 tiles, a prefetch distance that does not divide K's chunks (TN=16), and a TN=32 tile whose rows
+    # take several activation pieces per thread (its resident tile does not fit K=4096: 235B skips it)
+    TileConfig(8, 1, 4, 1, weights_direct=4),
+    TileConfig(8, 1, 4, 1, weights_direct=4, quantize_after=True),
+    TileConfig(8, 1, 2, 0, weights_direct=4),
+    TileConfig(16, 1, 2, 0, weights_direct=3),
+    TileConfig(32, 1, 1, 1, weights_direct=2),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -333,15 +360,18 @@ def warpgroups_for(n: int, tile: TileConfig | None = None) -> int:
     return 2 if n % (128 * mt) == 0 else 1
 
 
-def smem_bytes(tile: TileConfig, warpgroups: int, experts: int) -> int:
+def smem_bytes(tile: TileConfig, warpgroups: int, experts: int, k: int) -> int:
     """Mirror of MoESmem / MoEWsSmem ::bytes(E) (the kernel static_asserts it fits)."""
     if tile.variant == "ws":
         cps = tile.chunks_per_stage
         per_stage = cps * (tile.tile_tokens * CHUNK_K * 2 + warpgroups * tile.m_tiles * (2048 + 256))
         header = (2 * tile.stages + 2 + 4 * tile.async_epilogue) * 8 + 4 * tile.tile_tokens * 4 + tile.tile_tokens * 4 + 16 + (experts + 1) * 4
         return header + 1024 + tile.stages * per_stage
-    per_chunk = tile.tile_tokens * CHUNK_K * 2 + warpgroups * (2048 + 256)
-    return tile.stages * tile.chunks_per_stage * per_chunk + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
+    if tile.weights_direct:  # one activation slot per K chunk, no weight stages
+        slots, per_chunk = k // CHUNK_K, tile.tile_tokens * CHUNK_K * 2
+    else:
+        slots, per_chunk = tile.stages * tile.chunks_per_stage, tile.tile_tokens * CHUNK_K * 2 + warpgroups * (2048 + 256)
+    return slots * per_chunk + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
 
 
 def threads_for(tile: TileConfig, warpgroups: int) -> int:
@@ -370,6 +400,10 @@ def ws_registers_fit(registers: int, warpgroups: int, min_blocks: int) -> bool:
     return (warpgroups + 1) * registers >= warpgroups * consumer + producer
 
 
+# weights_direct: the largest resident activation tile (TN x K bf16), so that the CTA fits an SM's 227 KB
+DIRECT_MAX_RESIDENT_BYTES = 160 * 1024
+
+
 def check_tile(tile: TileConfig, k: int) -> None:
     if tile.variant not in TILE_TABLES:
         raise ValueError(f"unknown MoE GEMM variant {tile.variant!r}; known: {', '.join(TILE_TABLES)}")
@@ -380,6 +414,17 @@ def check_tile(tile: TileConfig, k: int) -> None:
     if tile.variant != "ws" and tile.overlap and (tile.stages < 3 or tile.stages * tile.chunks_per_stage % 2):
         raise ValueError(f"v1 overlap needs 3 or more stages and an even number of ring slots (stages x "
                          f"chunks_per_stage): {tile}")
+    if tile.weights_direct:
+        if tile.variant == "ws" or tile.overlap or tile.stages != 1 or tile.chunks_per_stage != 1 or \
+                not tile.proxy_fence or tile.weights_direct < 1:
+            raise ValueError(f"weights_direct is a v1 knob with stages = chunks_per_stage = 1, no overlap and the "
+                             f"proxy fence: {tile}")
+        resident = tile.tile_tokens * k * 2
+        if resident > DIRECT_MAX_RESIDENT_BYTES:
+            raise ValueError(f"weights_direct keeps TN x K activations resident: {resident} bytes at TN="
+                             f"{tile.tile_tokens}, K={k}, more than {DIRECT_MAX_RESIDENT_BYTES}")
+    elif tile.variant != "ws" and tile.stages < 2:
+        raise ValueError(f"v1 needs stages >= 2 (a double buffer) without weights_direct: {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
         raise ValueError(f"fused_min_blocks is a v1 knob (ws splits registers by min_blocks): {tile}")
     if tile.variant == "ws":
@@ -403,7 +448,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     check_tile(tile, k)
     nwg = warpgroups_for(n, tile)
     async_epilogue = tile.async_epilogue and epilogue == "SwigluQuant"  # other epilogues: the same kernel
-    smem = smem_bytes(replace(tile, async_epilogue=async_epilogue), nwg, shape.experts)
+    smem = smem_bytes(replace(tile, async_epilogue=async_epilogue), nwg, shape.experts, k)
     threads = threads_for(tile, nwg)
     min_blocks = tile.fused_min_blocks if epilogue == "SwigluQuant" and tile.fused_min_blocks else tile.min_blocks
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
@@ -416,7 +461,8 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
         extra = {}
     else:
         extra = {"st": tile.stages, "mb": min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
-                 "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {})}
+                 "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {}),
+                 **({"wd": tile.weights_direct} if tile.weights_direct else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -424,7 +470,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "stages": tile.stages, "min_blocks": min_blocks, "epilogue": epilogue,
               "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false",
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
-              "m_tiles": tile.m_tiles,
+              "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct,
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 4, one H200 call (thirteenth session of 2026-12-02): v1 with its weights straight into registers
+# (TileConfig.weights_direct: each thread's code and scale bytes loaded WDIRECT K chunks ahead, the token tile's
+# activations resident in shared memory for the whole K; no ring, no CTA barrier or proxy fence in the main loop).
+#   (1) the MoE GPU tests (the new extra tiles bitwise against every other tile, batch invariance, graphs)
+#   (2) sweep_moe_gemm_tiles.py --tiles: the decode table tiles against direct tiles, down GEMM and fused gate_up
+#       (quantize_after, as auto runs it) timed apart, both presets
+#   (3) Nsight Compute on the 30B down GEMM at T=64: the table's tile, then the direct one-warpgroup tile
+#   (4) memcheck / racecheck on the tiny layer over every tiling
+# Usage (repo root; carry .whl and .tkcache): OUT=$OUT bash profiling/run_gpu_checks_moe_direct.sh
+set -uo pipefail
+OUT=${OUT:-runs/moe_direct}
+BUDGET=${BUDGET:-560}
+DIR="$OUT/moe_direct"
+mkdir -p "$DIR"
+source profiling/gpu_env.sh "$DIR/setup.log"
+tar_on_exit "$DIR"
+log_machine "$DIR/machine.log"
+timeout 150 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
+echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
+gpu_tests 170 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
+source profiling/moe_direct_tiles.sh
+sweep() {
+  local shape=$1 i=0 band tokens kinds tiles; shift
+  for band in "$@"; do
+    IFS='|' read -r tokens kinds tiles <<< "$band"
+    i=$((i + 1))
+    [ "$(left)" -lt 150 ] && { echo "skip $shape band $i: $(left)s left"; continue; }
+    timeout 120 python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens "$tokens" --kinds "$kinds" \
+      --tiles "$tiles" --reps 10 --out "$DIR/direct_${shape}_$i.json" > "$DIR/sweep_${shape}_$i.log" 2>&1
+    echo "sweep $shape $i ($kinds) exit $? (${SECONDS}s)"; grep -E "best" "$DIR/sweep_${shape}_$i.log" | cut -c1-260
+  done
+}
+sweep qwen3-30b-a3b "${BANDS_30B[@]}"
+sweep qwen3-235b-a22b "${BANDS_235B[@]}"
+# Nsight Compute on the 30B down GEMM at T=64: the table's one-warpgroup tile (EXTRA_TILES[0]), then the direct one
+wd=$(python3 -c "from trace_kernels.codegen.ops import moe_gemm as c
+print(c.EXTRA_TILES.index(c.TileConfig(8, 1, 4, 1, weights_direct=4)))" 2>/dev/null)
+for case in "ring --extra=0 moe_gemm_down_routed_\\w+_tn8_st4_mb4_wg1_pf1_ov0_sm90a" \
+            "direct --extra=$wd moe_gemm_down_routed_\\w+_wd4_sm90a"; do
+  read -r label arg regex <<< "$case"
+  [ "$(left)" -lt 200 ] && break
+  ncu_report "$DIR/ncu_down_t64_$label" 60 "$regex" \
+    python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens 64 --repeat 1 $arg
+done
+limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 60 ] && limit=60
+[ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"
