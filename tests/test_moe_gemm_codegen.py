@@ -281,18 +281,15 @@ def test_auto_down_gemm_has_its_own_prefill_tile():
         tile = codegen.tile_for_rows(decode, 128, "auto", kind=kind)
         assert dataclasses.replace(tile, quantize_after=False) == codegen.TILE_TABLE[0][1]
         assert tile.quantize_after == (kind == "gate_up_swiglu")
-    # the down GEMM's decode tiles take their weights straight into registers: a short K (30B: K=768) two
-    # chunks ahead, and at TN=16 too; a longer one (235B) four ahead, its TN=16 keeps the ring
+    # the down GEMM's decode tile takes its weights straight into registers up to 6 rows per expert, any K that
+    # fits; TN=16 keeps the ring
     tn16 = 8 * 128  # 8 routed rows per expert
-    for k, want, want16 in ((768, codegen.DOWN_DIRECT_SHORT_K_TILE, codegen.DOWN_DIRECT_TN16_SHORT_K_TILE),
-                            (1536, codegen.DOWN_DIRECT_TILE, codegen.TILE_TABLE[1][1])):
-        for variant in ("auto", "auto_qa"):
-            assert codegen.tile_for_rows(decode, 128, variant, k=k, kind="down_routed", n=2048) == want
-            assert codegen.tile_for_rows(tn16, 128, variant, k=k, kind="down_routed", n=2048) == want16
-        long_k_table = codegen.tile_for_rows(decode, 128, "auto_down2wg", k=k, kind="down_routed", n=2048)
-        assert long_k_table == codegen.DOWN_DIRECT_TILE  # the A/B table without the short-K rule
-    assert all(t.weights_direct for t in (codegen.DOWN_DIRECT_TILE, codegen.DOWN_DIRECT_SHORT_K_TILE,
-                                          codegen.DOWN_DIRECT_TN16_SHORT_K_TILE))
+    for k in (768, 1536):
+        for variant in ("auto", "auto_qa", "auto_down2wg"):
+            assert codegen.tile_for_rows(decode, 128, variant, k=k, kind="down_routed", n=2048) == \
+                codegen.DOWN_DIRECT_TILE
+            assert codegen.tile_for_rows(tn16, 128, variant, k=k, kind="down_routed", n=2048) == codegen.TILE_TABLE[1][1]
+    assert codegen.DOWN_DIRECT_TILE.weights_direct and codegen.DOWN_DIRECT_TILE in codegen.EXTRA_TILES
     # K = 12288: TN=8 x K bf16 activations exceed the resident cap -> v1's ring tile for the rows
     assert codegen.tile_for_rows(decode, 128, "auto", k=12288, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
@@ -332,6 +329,6 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
     assert codegen.tile_for_rows(16, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.WS_TILE_TABLE[0][1]
     t8 = codegen.tile_for_rows(64, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536)
     assert dataclasses.replace(t8, quantize_after=False) == codegen.V1_ONE_WARPGROUP_DECODE_TILE and t8.quantize_after
-    assert codegen.tile_for_rows(64, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.DOWN_DIRECT_SHORT_K_TILE
+    assert codegen.tile_for_rows(64, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.DOWN_DIRECT_TILE
     for rows in (512, 8192, 131072):
         assert codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after

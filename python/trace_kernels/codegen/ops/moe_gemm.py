@@ -169,17 +169,15 @@ AUTO_GATE_UP_TABLE = tuple((limit, replace(tile, quantize_after=tile.variant == 
                            for limit, tile in AUTO_GATE_UP_PLAIN_TABLE)
 # "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
-# The down GEMM's decode tiles load each thread's weight bytes straight into registers (weights_direct), one
-# warpgroup at 4 CTAs/SM: no ring, no CTA barrier or proxy fence in the main loop. Same-run sweep of 2026-12-03
-# (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms against the
-# ring tiles before: 30B (K = 768, 2 chunks ahead) T=8 / 32 / 64 0.0245 / 0.0410 / 0.0476 vs 0.0257 / 0.0437 /
-# 0.0497, and TN=16 at T=128 0.0526 vs 0.0551; 235B (K = 1536, 4 ahead) T=8 / 32 / 64 0.0624 / 0.1211 / 0.1417 vs
-# 0.0683 / 0.1234 / 0.1420. The gate_up GEMMs (N = 2I) gained at most 1% and keep their rings; so does the
-# 235B down GEMM at TN=16 (0.170 vs 0.148 ms). A K whose resident activations do not fit falls back to v1's
-# ring (auto_fallback).
+# The down GEMM's decode tile loads each thread's weight bytes straight into registers 4 K chunks ahead
+# (weights_direct), one warpgroup at 4 CTAs/SM: no ring, no CTA barrier or proxy fence in the main loop. Same-run
+# sweep of 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down
+# ms against the ring tiles before: 30B T=8 / 32 / 64 0.0248 / 0.0421 / 0.0486 vs 0.0257 / 0.0437 / 0.0497; 235B
+# 0.0624 / 0.1211 / 0.1417 vs 0.0683 / 0.1234 / 0.1420. The gate_up GEMMs (N = 2I) gained at most 1% and keep their
+# rings; so does the down GEMM at TN=16 on 235B (0.170 vs 0.148 ms). A K whose resident activations do not fit
+# falls back to v1's ring (auto_fallback). On 30B two chunks ahead (0.0245 / 0.0410 / 0.0476) and TN=16 at T=128
+# (0.0526 vs 0.0551) were faster still; they are extra tiles until the GPU tests have run them.
 DOWN_DIRECT_TILE = TileConfig(8, 1, 4, 1, weights_direct=4)
-DOWN_DIRECT_SHORT_K_TILE = TileConfig(8, 1, 4, 1, weights_direct=2)
-DOWN_DIRECT_TN16_SHORT_K_TILE = TileConfig(16, 1, 4, 1, weights_direct=4)
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": (AUTO_TILE_TABLE[0], (6.0, DOWN_DIRECT_TILE)) + tuple(
         (limit, DOWN_TN32_TILE if tile == TILE_TABLE[2][1] else tile) for limit, tile in AUTO_TILE_TABLE[3:-1]) +
@@ -194,10 +192,9 @@ AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
 # 0.0597-0.0598, 0.1147-0.1150 -> 0.1118-0.1120, 0.1268-0.1270 -> 0.1241-0.1245 ms; on 235B (K=1536) the
 # same change cost 0.4-1.2% at T=32-64, so longer K keeps the two-warpgroup tile.
 DOWN_ONE_WARPGROUP_MAX_K = 1024
-# Since 2026-12-03 both run weights_direct tiles (above), this one also at TN=16.
-DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, DOWN_DIRECT_SHORT_K_TILE),
-                      (12.0, DOWN_DIRECT_TN16_SHORT_K_TILE),
-                      *((limit, tile) for limit, tile in AUTO_KIND_TILE_TABLES["down_routed"] if limit > 12.0))
+# Since 2026-12-03 both run DOWN_DIRECT_TILE (above) there.
+DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, DOWN_DIRECT_TILE),
+                      *((limit, tile) for limit, tile in AUTO_KIND_TILE_TABLES["down_routed"] if limit > 6.0))
 # The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
 DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "auto")
 if DEFAULT_VARIANT not in TILE_TABLES:
@@ -248,6 +245,9 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(8, 1, 2, 0, weights_direct=4),
     TileConfig(16, 1, 2, 0, weights_direct=3),
     TileConfig(32, 1, 1, 1, weights_direct=2),
+    # the 30B down GEMM's faster direct tiles of the 2026-12-03 sweep (two chunks ahead; TN=16 at 8 rows per expert)
+    TileConfig(8, 1, 4, 1, weights_direct=2),
+    TileConfig(16, 1, 4, 1, weights_direct=4),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
