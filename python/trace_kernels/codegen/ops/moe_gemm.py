@@ -176,7 +176,8 @@ TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO
 # 0.0624 / 0.1211 / 0.1417 vs 0.0683 / 0.1234 / 0.1420. The gate_up GEMMs (N = 2I) gained at most 1% and keep their
 # rings; so does the down GEMM at TN=16 on 235B (0.170 vs 0.148 ms). A K whose resident activations do not fit
 # falls back to v1's ring (auto_fallback). On 30B two chunks ahead (0.0245 / 0.0410 / 0.0476) and TN=16 at T=128
-# (0.0526 vs 0.0551) were faster still; they are extra tiles until the GPU tests have run them.
+# (0.0526 vs 0.0551; K=768 only: 4 CTAs/SM do not fit a gate_up's K) were faster still; two ahead is an extra tile
+# until the GPU tests have run it.
 DOWN_DIRECT_TILE = TileConfig(8, 1, 4, 1, weights_direct=4)
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": (AUTO_TILE_TABLE[0], (6.0, DOWN_DIRECT_TILE)) + tuple(
@@ -245,9 +246,8 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(8, 1, 2, 0, weights_direct=4),
     TileConfig(16, 1, 2, 0, weights_direct=3),
     TileConfig(32, 1, 1, 1, weights_direct=2),
-    # the 30B down GEMM's faster direct tiles of the 2026-12-03 sweep (two chunks ahead; TN=16 at 8 rows per expert)
+    # the 30B down GEMM's faster direct tile of the 2026-12-03 sweep (two chunks ahead)
     TileConfig(8, 1, 4, 1, weights_direct=2),
-    TileConfig(16, 1, 4, 1, weights_direct=4),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
