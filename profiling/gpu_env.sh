@@ -74,6 +74,20 @@ prebuild_engine_test_models() {
     "E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64:1,2,4,8,16,32,64,128" > "$2" 2>&1
 }
 
+# sweep_bands DIR PREFIX SHAPE BAND...: sweep_moe_gemm_tiles.py --tiles per band ("TOKENS|KINDS|TILES"), while more
+# than 150 s are left; JSONs DIR/PREFIX_SHAPE_I.json, logs DIR/sweep_SHAPE_I.log, each band's best tiles printed.
+sweep_bands() {
+  local dir=$1 prefix=$2 shape=$3 i=0 band tokens kinds tiles; shift 3
+  for band in "$@"; do
+    IFS='|' read -r tokens kinds tiles <<< "$band"
+    i=$((i + 1))
+    [ "$(left)" -lt 150 ] && { echo "skip $shape band $i: $(left)s left"; continue; }
+    timeout 120 python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens "$tokens" --kinds "$kinds" \
+      --tiles "$tiles" --reps 10 --out "$dir/${prefix}_${shape}_$i.json" > "$dir/sweep_${shape}_$i.log" 2>&1
+    echo "sweep $shape $i ($kinds) exit $? (${SECONDS}s)"; grep -E "best" "$dir/sweep_${shape}_$i.log" | cut -c1-260
+  done
+}
+
 # moe_sanitizers DIR LIMIT: memcheck and racecheck (LIMIT s each) on the tiny fused gate_up and down GPU
 # tests over every tiling; logs DIR/sanitizer_{memcheck,racecheck}.log.
 moe_sanitizers() {

@@ -1,5 +1,5 @@
 # Sweep bands of run_gpu_checks_moe_direct.sh ("TOKENS|KINDS|TILES", TILES as sweep_moe_gemm_tiles.py --tiles
-# takes them); sourced, also by the local prebuild (profiling/moe_prebuild_sweep.py).
+# takes them); sourced, also for the local prebuild (moe_prebuild.py --tiles, docs/moe_gemm.md).
 one_wg="tile_tokens=8,stages=4,min_blocks=4,warpgroups=1"
 tn8="tile_tokens=8,stages=2,chunks_per_stage=4,fused_min_blocks=4"
 tn16="tile_tokens=16,stages=2,chunks_per_stage=4,fused_min_blocks=4"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, one H200 call (thirteenth session of 2026-12-02): v1 with its weights straight into registers
+# Issue 4, one H200 call (thirteenth session, 2026-12-03): v1 with its weights straight into registers
 # (TileConfig.weights_direct: each thread's code and scale bytes loaded WDIRECT K chunks ahead, the token tile's
 # activations resident in shared memory for the whole K; no ring, no CTA barrier or proxy fence in the main loop).
 #   (1) the MoE GPU tests (the new extra tiles bitwise against every other tile, batch invariance, graphs)
@@ -20,19 +20,8 @@ timeout 150 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$D
 echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
 gpu_tests 170 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 source profiling/moe_direct_tiles.sh
-sweep() {
-  local shape=$1 i=0 band tokens kinds tiles; shift
-  for band in "$@"; do
-    IFS='|' read -r tokens kinds tiles <<< "$band"
-    i=$((i + 1))
-    [ "$(left)" -lt 150 ] && { echo "skip $shape band $i: $(left)s left"; continue; }
-    timeout 120 python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens "$tokens" --kinds "$kinds" \
-      --tiles "$tiles" --reps 10 --out "$DIR/direct_${shape}_$i.json" > "$DIR/sweep_${shape}_$i.log" 2>&1
-    echo "sweep $shape $i ($kinds) exit $? (${SECONDS}s)"; grep -E "best" "$DIR/sweep_${shape}_$i.log" | cut -c1-260
-  done
-}
-sweep qwen3-30b-a3b "${BANDS_30B[@]}"
-sweep qwen3-235b-a22b "${BANDS_235B[@]}"
+sweep_bands "$DIR" direct qwen3-30b-a3b "${BANDS_30B[@]}"
+sweep_bands "$DIR" direct qwen3-235b-a22b "${BANDS_235B[@]}"
 # Nsight Compute on the 30B down GEMM at T=64: the table's one-warpgroup tile (EXTRA_TILES[0]), then the direct one
 wd=$(python3 -c "from trace_kernels.codegen.ops import moe_gemm as c
 print(c.EXTRA_TILES.index(c.TileConfig(8, 1, 4, 1, weights_direct=4)))" 2>/dev/null)

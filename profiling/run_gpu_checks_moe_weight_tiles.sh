@@ -35,19 +35,8 @@ BANDS_235B=("8,32,64|down_routed|$(wt $one_wg 1 2 4)$(wt $tn8 1 2 4)"
             "128,256|down_routed|$(wt $tn16 1 2)$(wt $tn32_down 1 2)"
             "8,32,64|gate_up_swiglu|$(wt $one_wg,$qa 1 2 4)$(wt $tn8,$qa 1 2 4)"
             "128,256|gate_up_swiglu|$(wt $tn16,$qa 1 2)$(wt $tn32,$qa 1 2)")
-sweep() {
-  local shape=$1 i=0 band tokens kinds tiles; shift
-  for band in "$@"; do
-    IFS='|' read -r tokens kinds tiles <<< "$band"
-    i=$((i + 1))
-    [ "$(left)" -lt 150 ] && { echo "skip $shape band $i: $(left)s left"; continue; }
-    timeout 120 python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens "$tokens" --kinds "$kinds" \
-      --tiles "$tiles" --reps 10 --out "$DIR/weight_tiles_${shape}_$i.json" > "$DIR/sweep_${shape}_$i.log" 2>&1
-    echo "sweep $shape $i ($kinds) exit $? (${SECONDS}s)"; grep -E "best" "$DIR/sweep_${shape}_$i.log" | cut -c1-220
-  done
-}
-sweep qwen3-30b-a3b "${BANDS_30B[@]}"
-sweep qwen3-235b-a22b "${BANDS_235B[@]}"
+sweep_bands "$DIR" weight_tiles qwen3-30b-a3b "${BANDS_30B[@]}"
+sweep_bands "$DIR" weight_tiles qwen3-235b-a22b "${BANDS_235B[@]}"
 # Nsight Compute on the 30B down GEMM at T=64: the table's one-warpgroup tile (EXTRA_TILES[0]), then 4 weight
 # tiles per CTA
 wt4=$(python3 -c "import dataclasses as d; from trace_kernels.codegen.ops import moe_gemm as c
