@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -113,13 +114,27 @@ def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) 
     return int(weights + tokens_in + fused_out + down_in + out)
 
 
-def variant_arm(label: str) -> tuple[str, bool]:
-    """`--variants` entry -> (tile table, programmatic dependent launches): "auto" uses PDL between the
-    layer's kernels (moe_gemm's pdl=True and FOLLOW_UP_PDL), "auto:nopdl" launches them plainly."""
+def variant_arm(label: str, down_tiles: list | None = None):
+    """`--variants` entry -> (tile table, programmatic dependent launches, down tile override): "auto" uses PDL
+    between the layer's kernels (moe_gemm's pdl=True and FOLLOW_UP_PDL), "auto:nopdl" launches them plainly,
+    "auto:downJ" runs --down-tiles' J-th tile instead of the table's down tile where that has the same TN (a v1
+    tile: not the ws tile below 1/8 routed row per expert), for layer A/Bs of a down tile before it is tabled."""
     variant, _, option = label.partition(":")
-    if option not in ("", "nopdl"):
-        raise ValueError(f"--variants entry {label!r}: the only option is ':nopdl'")
-    return variant, option != "nopdl"
+    down = re.fullmatch(r"down(\d+)", option)
+    if option not in ("", "nopdl") and not down:
+        raise ValueError(f"--variants entry {label!r}: the options are ':nopdl' and ':downJ'")
+    if down and int(down.group(1)) >= len(down_tiles or ()):
+        raise ValueError(f"--variants entry {label!r}: --down-tiles has {len(down_tiles or ())} tiles")
+    return variant, option != "nopdl", down_tiles[int(down.group(1))] if down else None
+
+
+def down_tile_for(m: int, e: int, variant: str, k: int, n: int, override=None):
+    """The down GEMM's tile of a layer: the table's, or the override where the table's is a v1 tile of its TN."""
+    tile = codegen.tile_for_rows(m, e, variant, k=k, kind="down_routed", n=n)  # auto: its own table
+    if override is not None and tile.variant == "v1" and tile.tile_tokens == override.tile_tokens:
+        codegen.check_tile(override, k)
+        return override
+    return tile
 
 
 def tile_label(tile) -> str:
@@ -134,7 +149,7 @@ def tile_label(tile) -> str:
 
 
 def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generator, sweep_tiles: bool,
-                variants: list[str], extra_tokens: tuple[int, ...] = ()) -> list[dict]:
+                variants: list[str], extra_tokens: tuple[int, ...] = (), down_tiles: list | None = None) -> list[dict]:
     e, h, i, k = shape.experts, shape.hidden, shape.intermediate, shape.top_k
     w_up = random_packed_weights(e, 2 * i, h, gen)
     w_down = random_packed_weights(e, h, i, gen)
@@ -157,9 +172,9 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         flops = 2 * m * (2 * i * h + h * i)
         row = {"shape": shape.name, "tokens": t, "rows": m, "experts_active": e_active, "variants": {}}
         for vi, label in enumerate(variants):
-            variant, pdl = variant_arm(label)
+            variant, pdl, down_override = variant_arm(label, down_tiles)
             tile = codegen.tile_for_rows(m, e, variant, k=h, kind="gate_up_swiglu", n=2 * i)
-            down_tile = codegen.tile_for_rows(m, e, variant, k=i, kind="down_routed", n=h)  # auto: its own table
+            down_tile = down_tile_for(m, e, variant, i, h, down_override)
 
             def nvfp4_layer(tile=tile, down_tile=down_tile, pdl=pdl):
                 up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
@@ -271,7 +286,13 @@ def main(argv=None) -> int:
                         help="kernel variants to time (codegen TILE_TABLES keys; KEY:nopdl = without programmatic "
                              "dependent launches between the layer's kernels)")
     parser.add_argument("--extra-tokens", default="", help="T values that also time EXTRA_TILES (every shape)")
+    parser.add_argument("--down-tiles", default="",
+                        help="down tiles the --variants entries KEY:downJ run (sweep_moe_gemm_tiles.py --tiles format)")
     args = parser.parse_args(argv)
+    from sweep_moe_gemm_tiles import explicit_tiles  # (it imports this module: not at the top)
+    down_tiles = explicit_tiles(args.down_tiles)
+    for label in args.variants.split(","):
+        variant_arm(label, down_tiles)  # bad entries fail before any timing
     setup = timing_setup(args.reps)
     if setup is None:
         return 2
@@ -281,7 +302,7 @@ def main(argv=None) -> int:
     for name in args.shapes.split(","):
         results += bench_shape(shapes.resolve(name), [int(t) for t in args.tokens.split(",")], timer, bw, gen,
                                name in args.sweep_tiles.split(","), args.variants.split(","),
-                               extra)
+                               extra, down_tiles)
         with open(args.out + ".partial", "w") as f:  # survive a time-out of the next shape
             json.dump(results, f, indent=1)
         torch.cuda.empty_cache()

@@ -47,10 +47,15 @@ def test_tile_table_and_smem():
             "v1" if variant in codegen.AUTO_TABLES else variant)
     assert codegen.tile_for_rows(1 * 8, 128, "auto").variant == "ws"  # ws wins only below ~1 row per expert
     assert codegen.tile_for_rows(16384 * 8, 128, "auto").variant == "v1"  # ws loses prefill
+    long_k_down_tiles = {t for _, t in codegen.AUTO_KIND_TILE_TABLES["down_routed"]}
     for tile in [t for table in codegen.TILE_TABLES.values() for _, t in table] + list(codegen.EXTRA_TILES):
-        # min_blocks CTAs of the tile fit one SM's 227 KB (1 KB per CTA is reserved by the system)
+        # min_blocks CTAs of the tile fit one SM's 227 KB (1 KB per CTA is reserved by the system) at a gate_up's
+        # K; a weights_direct tile (its activations resident for the whole K) at the down GEMM's K it is for:
+        # 30B's 768 (DOWN_SHORT_K_TABLE, extra tiles), and 235B's 1536 where the long-K table has it
         nwg = codegen.warpgroups_for(1536, tile)
-        assert (codegen.smem_bytes(tile, nwg, 128, 2048) + 1024) * tile.min_blocks <= 228 * 1024, tile
+        k = (1536 if tile in long_k_down_tiles else 768) if tile.weights_direct else 2048
+        assert (codegen.smem_bytes(tile, nwg, 128, k) + 1024) * tile.min_blocks <= 228 * 1024, tile
+    assert all(not t.weights_direct for table in codegen.TILE_TABLES.values() for _, t in table)
     with pytest.raises(ValueError, match="N % 64"):
         codegen.gemm_spec(codegen.MoEDims(8, 256, 40), "gate_up_swiglu", codegen.TILE_TABLE[0][1])
     with pytest.raises(ValueError, match="variant"):
@@ -282,14 +287,19 @@ def test_auto_down_gemm_has_its_own_prefill_tile():
         assert dataclasses.replace(tile, quantize_after=False) == codegen.TILE_TABLE[0][1]
         assert tile.quantize_after == (kind == "gate_up_swiglu")
     # the down GEMM's decode tile takes its weights straight into registers up to 6 rows per expert, any K that
-    # fits; TN=16 keeps the ring
+    # fits; TN=16 too up to 12 rows at a short K (auto_down2wg: the long-K table at every K), the ring at a long K
     tn16 = 8 * 128  # 8 routed rows per expert
     for k in (768, 1536):
         for variant in ("auto", "auto_qa", "auto_down2wg"):
             assert codegen.tile_for_rows(decode, 128, variant, k=k, kind="down_routed", n=2048) == \
                 codegen.DOWN_DIRECT_TILE
-            assert codegen.tile_for_rows(tn16, 128, variant, k=k, kind="down_routed", n=2048) == codegen.TILE_TABLE[1][1]
-    assert codegen.DOWN_DIRECT_TILE.weights_direct and codegen.DOWN_DIRECT_TILE in codegen.EXTRA_TILES
+            short_k = k <= codegen.DOWN_ONE_WARPGROUP_MAX_K and variant != "auto_down2wg"
+            assert codegen.tile_for_rows(tn16, 128, variant, k=k, kind="down_routed", n=2048) == \
+                (codegen.DOWN_DIRECT_TN16_TILE if short_k else codegen.TILE_TABLE[1][1])
+            assert codegen.tile_for_rows(13 * 128, 128, variant, k=k, kind="down_routed", n=2048) == \
+                codegen.DOWN_TN32_TILE
+    for tile in (codegen.DOWN_DIRECT_TILE, codegen.DOWN_DIRECT_TN16_TILE):  # the GPU tests check them bitwise
+        assert tile.weights_direct and tile in codegen.EXTRA_TILES
     # K = 12288: TN=8 x K bf16 activations exceed the resident cap -> v1's ring tile for the rows
     assert codegen.tile_for_rows(decode, 128, "auto", k=12288, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]

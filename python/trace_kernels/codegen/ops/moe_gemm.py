@@ -169,16 +169,26 @@ AUTO_GATE_UP_TABLE = tuple((limit, replace(tile, quantize_after=tile.variant == 
                            for limit, tile in AUTO_GATE_UP_PLAIN_TABLE)
 # "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
-# The down GEMM's decode tile loads each thread's weight bytes straight into registers 4 K chunks ahead
-# (weights_direct), one warpgroup at 4 CTAs/SM: no ring, no CTA barrier or proxy fence in the main loop. Same-run
-# sweep of 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down
-# ms against the ring tiles before: 30B T=8 / 32 / 64 0.0248 / 0.0421 / 0.0486 vs 0.0257 / 0.0437 / 0.0497; 235B
-# 0.0624 / 0.1211 / 0.1417 vs 0.0683 / 0.1234 / 0.1420. The gate_up GEMMs (N = 2I) gained at most 1% and keep their
-# rings; so does the down GEMM at TN=16 on 235B (0.170 vs 0.148 ms). A K whose resident activations do not fit
-# falls back to v1's ring (auto_fallback). On 30B two chunks ahead (0.0245 / 0.0410 / 0.0476) and TN=16 at T=128
-# (0.0526 vs 0.0551; K=768 only: 4 CTAs/SM do not fit a gate_up's K) were faster still; two ahead is an extra tile
-# until the GPU tests have run it.
-DOWN_DIRECT_TILE = TileConfig(8, 1, 4, 1, weights_direct=4)
+# The down GEMM's decode tile loads each thread's weight bytes straight into registers K chunks ahead
+# (weights_direct), one warpgroup: no ring, no CTA barrier or proxy fence in the main loop. Same-run sweep of
+# 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms of the
+# first direct tile (4 ahead, 4 CTAs/SM, 80 registers) against the ring tiles before: 30B T=8 / 32 / 64 0.0248 /
+# 0.0421 / 0.0486 vs 0.0257 / 0.0437 / 0.0497; 235B 0.0624 / 0.1211 / 0.1417 vs 0.0683 / 0.1234 / 0.1420; its layer
+# (fourteenth session, moe_gemm_h200_direct.json, two rounds against 3f014d9) 235B 1-3% faster at T=8-32, 30B within
+# 0.5%. The gate_up GEMMs (N = 2I) gained at most 1% and keep their rings, as does the 235B down GEMM at TN=16 (0.170
+# vs 0.148 ms). A K whose resident activations do not fit falls back to v1's ring (auto_fallback).
+# Since the fourteenth session the tile runs 3 chunks ahead with its registers capped at 64 by 8 CTAs/SM (63 used, no
+# spill): in the same-run sweep (moe_direct_regs_h200.json) the fastest direct tile on both presets (30B T=8 / 32 / 64
+# 0.0247 / 0.0406 / 0.0461 ms, 235B 0.0617 / 0.1187 / 0.1386), and in three rounds of the layer A/B in the same run
+# (auto against auto:downJ) 1.7-3.3% faster than 4 ahead at 4 CTAs/SM on 30B (T=32: 0.1045 vs 0.1063-0.1069 ms) and
+# 0.7-1.2% on 235B (T=8: 0.1584-0.1592 vs 0.1605-0.1607). Two ahead at 4 CTAs/SM was 0.3-0.7% faster still in the 30B
+# layer but 1% slower on 235B; one ahead (47 registers) was the slowest.
+DOWN_DIRECT_TILE = TileConfig(8, 1, 8, 1, weights_direct=3)
+# From 6 to 12 routed rows per expert the short-K down GEMM (30B, K = 768: 24 KB resident per CTA) takes its TN=16
+# tile the same way, 2 chunks ahead, 6 CTAs/SM (71 registers): in the same run T=128 / 192 layer 0.1222-0.1226 /
+# 0.1309-0.1318 vs 0.1280-0.1286 / 0.1356-0.1370 ms (3-5%), down 0.0507 / 0.0540 vs 0.0543 / 0.0579 ms in the sweep.
+# On 235B (K = 1536) it was 5-12% slower in the layer and the ring stays.
+DOWN_DIRECT_TN16_TILE = TileConfig(16, 1, 6, 1, weights_direct=2)
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": (AUTO_TILE_TABLE[0], (6.0, DOWN_DIRECT_TILE)) + tuple(
         (limit, DOWN_TN32_TILE if tile == TILE_TABLE[2][1] else tile) for limit, tile in AUTO_TILE_TABLE[3:-1]) +
@@ -193,9 +203,9 @@ AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
 # 0.0597-0.0598, 0.1147-0.1150 -> 0.1118-0.1120, 0.1268-0.1270 -> 0.1241-0.1245 ms; on 235B (K=1536) the
 # same change cost 0.4-1.2% at T=32-64, so longer K keeps the two-warpgroup tile.
 DOWN_ONE_WARPGROUP_MAX_K = 1024
-# Since 2026-12-03 both run DOWN_DIRECT_TILE (above) there.
-DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, DOWN_DIRECT_TILE),
-                      *((limit, tile) for limit, tile in AUTO_KIND_TILE_TABLES["down_routed"] if limit > 6.0))
+# Since 2026-12-03 both run DOWN_DIRECT_TILE (above) there, and the short K DOWN_DIRECT_TN16_TILE up to 12 rows.
+DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, DOWN_DIRECT_TILE), (12.0, DOWN_DIRECT_TN16_TILE),
+                      *((limit, tile) for limit, tile in AUTO_KIND_TILE_TABLES["down_routed"] if limit > 12.0))
 # The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
 DEFAULT_VARIANT = os.environ.get("TRACE_KERNELS_MOE_VARIANT", "auto")
 if DEFAULT_VARIANT not in TILE_TABLES:
@@ -246,8 +256,14 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(8, 1, 2, 0, weights_direct=4),
     TileConfig(16, 1, 2, 0, weights_direct=3),
     TileConfig(32, 1, 1, 1, weights_direct=2),
-    # the 30B down GEMM's faster direct tile of the 2026-12-03 sweep (two chunks ahead)
+    # the 30B down GEMM's faster direct tile of the 2026-12-03 sweep (two chunks ahead), the same with its
+    # registers capped by more CTAs per SM (6: 85 per thread; 8: 64), auto's down tiles since the fourteenth session
+    # (their 6-8 CTAs/SM fit the down GEMM's short K, not a gate_up's)
     TileConfig(8, 1, 4, 1, weights_direct=2),
+    TileConfig(8, 1, 6, 1, weights_direct=2),
+    TileConfig(8, 1, 8, 1, weights_direct=2),
+    DOWN_DIRECT_TILE,
+    DOWN_DIRECT_TN16_TILE,
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].

@@ -1,0 +1,33 @@
+"""profiling/bench_moe_gemm.py's layer A/B arms (CPU: the tiles each `--variants` entry runs, no timing)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profiling"))
+
+import bench_moe_gemm as bench  # noqa: E402
+from sweep_moe_gemm_tiles import explicit_tiles  # noqa: E402
+from trace_kernels.codegen.ops import moe_gemm as codegen  # noqa: E402
+
+E, H, I = 128, 2048, 768  # qwen3-30b-a3b's down GEMM: N = H, K = I
+
+
+def test_down_override_replaces_only_the_table_tile_of_its_width():
+    tiles = explicit_tiles("tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=2;"
+                           "tile_tokens=16,stages=1,min_blocks=4,warpgroups=1,weights_direct=4")
+    assert bench.variant_arm("auto") == ("auto", True, None)
+    assert bench.variant_arm("auto:nopdl") == ("auto", False, None)
+    variant, pdl, tn8 = bench.variant_arm("auto:down0", tiles)
+    assert (variant, pdl, tn8) == ("auto", True, tiles[0])
+    tn16 = bench.variant_arm("auto:down1", tiles)[2]
+    for rows_per_expert, override, want in ((4, tn8, tn8), (4, tn16, None), (8, tn16, tn16), (8, tn8, None),
+                                            (0.05, tn8, None), (100, tn8, None)):
+        m = int(rows_per_expert * E)
+        table = codegen.tile_for_rows(m, E, "auto", k=I, kind="down_routed", n=H)
+        assert bench.down_tile_for(m, E, "auto", I, H, override) == (want or table)
+    with pytest.raises(ValueError, match="options"):
+        bench.variant_arm("auto:fast", tiles)
+    with pytest.raises(ValueError, match="has 2 tiles"):
+        bench.variant_arm("auto:down2", tiles)
