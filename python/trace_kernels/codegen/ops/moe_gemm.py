@@ -174,15 +174,15 @@ TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO
 # 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms of the
 # first direct tile (4 ahead, 4 CTAs/SM, 80 registers) against the ring tiles before: 30B T=8 / 32 / 64 0.0248 /
 # 0.0421 / 0.0486 vs 0.0257 / 0.0437 / 0.0497; 235B 0.0624 / 0.1211 / 0.1417 vs 0.0683 / 0.1234 / 0.1420; its layer
-# (fourteenth session, moe_gemm_h200_direct.json, two rounds against 3f014d9) 235B 1-3% faster at T=8-32, 30B within
-# 0.5%. The gate_up GEMMs (N = 2I) gained at most 1% and keep their rings, as does the 235B down GEMM at TN=16 (0.170
+# (fourteenth session, moe_gemm_h200_direct.json, two rounds against 3f014d9) 235B 0.5-3% faster at T=8-64, 30B
+# within 0.5%. The gate_up GEMMs (N = 2I) gained at most 1% and keep their rings, as does the 235B down GEMM at TN=16 (0.170
 # vs 0.148 ms). A K whose resident activations do not fit falls back to v1's ring (auto_fallback).
 # Since the fourteenth session the tile runs 3 chunks ahead with its registers capped at 64 by 8 CTAs/SM (63 used, no
 # spill): in the same-run sweep (moe_direct_regs_h200.json) the fastest direct tile on both presets (30B T=8 / 32 / 64
 # 0.0247 / 0.0406 / 0.0461 ms, 235B 0.0617 / 0.1187 / 0.1386), and in three rounds of the layer A/B in the same run
 # (auto against auto:downJ) 1.7-3.3% faster than 4 ahead at 4 CTAs/SM on 30B (T=32: 0.1045 vs 0.1063-0.1069 ms) and
 # 0.7-1.2% on 235B (T=8: 0.1584-0.1592 vs 0.1605-0.1607). Two ahead at 4 CTAs/SM was 0.3-0.7% faster still in the 30B
-# layer but 1% slower on 235B; one ahead (47 registers) was the slowest.
+# layer but 0.4-1.2% slower than 4 ahead on 235B; one ahead (47 registers) was the slowest.
 DOWN_DIRECT_TILE = TileConfig(8, 1, 8, 1, weights_direct=3)
 # From 6 to 12 routed rows per expert the short-K down GEMM (30B, K = 768: 24 KB resident per CTA) takes its TN=16
 # tile the same way, 2 chunks ahead, 6 CTAs/SM (71 registers): in the same run T=128 / 192 layer 0.1222-0.1226 /
