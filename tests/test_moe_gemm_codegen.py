@@ -97,6 +97,30 @@ def test_weights_direct_tiles():
         codegen.gemm_spec(codegen.MoEDims(128, 4096, 1536), "gate_up", codegen.TileConfig(32, 1, weights_direct=2))
 
 
+def test_fused_combine_tiles():
+    """fused_combine: the down GEMM's kernel compiles the routing's top-k in (name `_cb{k}`); the gate_up kinds run
+    the tile's plain kernels (same names); ws tiles refuse it; auto_cb sets it on auto's v1 down tiles only."""
+    shape = shapes.preset("qwen3-30b-a3b")
+    tile = dataclasses.replace(codegen.DOWN_DIRECT_TILE, fused_combine=True)
+    spec = codegen.gemm_spec(shape, "down_routed", tile)
+    assert spec.name.endswith("_wd3_cb8_sm90a") and spec.launch["combine_top_k"] == 8
+    assert "COMBINE_TOPK=*/8>" in render_spec(spec)
+    plain = codegen.gemm_spec(shape, "down_routed", codegen.DOWN_DIRECT_TILE)
+    assert plain.launch["combine_top_k"] == 0 and "COMBINE_TOPK" not in render_spec(plain)
+    for kind in ("gate_up", "gate_up_swiglu_h"):
+        for base in (codegen.DOWN_DIRECT_TILE, codegen.TILE_TABLE[0][1]):
+            assert codegen.gemm_spec(shape, kind, dataclasses.replace(base, fused_combine=True)).name == \
+                codegen.gemm_spec(shape, kind, base).name
+    with pytest.raises(ValueError, match="fused_combine is a v1 knob"):
+        codegen.gemm_spec(shape, "down_routed", dataclasses.replace(codegen.WS_PREFILL_DOWN_TILE, fused_combine=True))
+    for rows in (8, 64 * 8, 300 * 8, 16384 * 8):
+        auto = codegen.tile_for_rows(rows, 128, "auto", k=768, kind="down_routed", n=2048)
+        cb = codegen.tile_for_rows(rows, 128, "auto_cb", k=768, kind="down_routed", n=2048)
+        assert cb == dataclasses.replace(auto, fused_combine=auto.variant == "v1")
+        assert codegen.tile_for_rows(rows, 128, "auto_cb", k=2048, kind="gate_up", n=1536) == \
+            codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up", n=1536)
+
+
 def test_auto_ov_overlaps_auto_v1_tiles():
     """auto_ov (A/B table): auto's tiles per GEMM kind, each v1 ring tile with the overlapped main loop (ws and
     weights_direct tiles as they are)."""
@@ -154,6 +178,7 @@ def test_pack_template_compiles_for_sm90a(tmp_path):
     ("tiny", "gate_up_swiglu_h", 8, "v1"),  # the SwiGLU-only epilogue of quantize_after tiles
     ("qwen3-30b-a3b", "gate_up_swiglu_h", 32, "v1_overlap"),  # two A buffers, wgmma in flight across chunks
     ("tiny", "down_routed", 16, "v1_direct"),  # weights straight into registers, 3 chunks ahead of 2
+    ("tiny", "down_routed", 8, "v1_combine"),  # the ordered top-k combine in the down GEMM's epilogue
     ("qwen3-30b-a3b", "combine", 0, ""),
 ])
 def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, variant):
@@ -166,6 +191,7 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
     else:
         tiles = ([t for t in codegen.EXTRA_TILES if t.overlap and t.variant == "v1"] if variant == "v1_overlap"
                  else [t for t in codegen.EXTRA_TILES if t.weights_direct] if variant == "v1_direct"
+                 else [t for t in codegen.EXTRA_TILES if t.fused_combine] if variant == "v1_combine"
                  else [t for _, t in codegen.TILE_TABLES[variant]])
         spec = codegen.gemm_spec(shape, kind, next(t for t in tiles if t.tile_tokens == tile_tokens))
     report = _compile(spec, tmp_path)
@@ -182,6 +208,8 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
         assert ("setmaxnreg" in text) == (variant == "ws")
         if variant == "v1_overlap":
             assert "wgmma.wait_group.sync.aligned 1;" in text
+        if variant == "v1_combine":  # the arrival counters
+            assert "atom.global.add" in text
         if variant == "v1_direct":  # the weights never pass through shared memory
             assert "ld.global.nc.L1::no_allocate.v4.u32" in text and "ld.global.nc.L1::no_allocate.v2.u32" in text
 

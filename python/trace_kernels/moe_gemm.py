@@ -43,9 +43,9 @@ FOLLOW_UP_PDL = True
 
 
 class _Params(ctypes.Structure):
-    """MoEGemmParams (moe_gemm.cuh): 18 eight-byte fields, in order."""
+    """MoEGemmParams (moe_gemm.cuh): 22 eight-byte fields, in order."""
 
-    _fields_ = [(f"f{i}", ctypes.c_uint64) for i in range(18)]
+    _fields_ = [(f"f{i}", ctypes.c_uint64) for i in range(22)]
 
 
 def _params(values: tuple) -> _Params:
@@ -56,25 +56,26 @@ def _addr(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
 
 
-_counters: dict[int, torch.Tensor] = {}
+_counters: dict[tuple[int, str], torch.Tensor] = {}
 _retired_counters: list[torch.Tensor] = []  # outgrown buffers stay alive: captured CUDA graphs use them
 _lock = threading.Lock()
 
 
-def _tile_counters(device: torch.device, count: int) -> torch.Tensor:
-    """int32 zeros, at least `count`; the fused epilogue leaves them zero after each launch.
+def _tile_counters(device: torch.device, count: int, pool: str = "gate_up") -> torch.Tensor:
+    """int32 zeros, at least `count`; the fused epilogue (pool "gate_up") and the down GEMM's combine in its
+    epilogue (pool "combine") leave them zero after each launch.
 
-    Shared per device: two fused gate_up launches running concurrently on different streams
-    would race on it (not supported).
+    Shared per device and pool: two such launches running concurrently on different streams would race
+    on it (not supported).
     """
     index = device.index if device.index is not None else torch.cuda.current_device()
     with _lock:
-        buf = _counters.get(index)
+        buf = _counters.get((index, pool))
         if buf is None or buf.numel() < count:
             if buf is not None:
                 _retired_counters.append(buf)
             buf = torch.zeros(max(count, 4096), dtype=torch.int32, device=device)
-            _counters[index] = buf
+            _counters[(index, pool)] = buf
         return buf
 
 
@@ -117,14 +118,16 @@ def _capability(device_index: int) -> tuple[int, int]:
 _plans: dict[tuple, tuple] = {}
 
 
-def _plan(kind: str, weights: MoEWeights, tile: codegen.TileConfig):
-    """(spec, loaded kernel) for one GEMM variant, memoized: keeps the per-call host cost low."""
-    key = (kind, weights.num_experts, weights.n, weights.k, tile)
+def _plan(kind: str, weights: MoEWeights, tile: codegen.TileConfig, top_k: int = 1):
+    """(spec, loaded kernel) for one GEMM variant, memoized: keeps the per-call host cost low. top_k: the
+    routing's (a down tile with fused_combine compiles it in)."""
+    key = (kind, weights.num_experts, weights.n, weights.k, tile, top_k)
     plan = _plans.get(key)
     if plan is None:
         n, k, e = weights.n, weights.k, weights.num_experts
         gate_up = kind.startswith("gate_up")
-        dims = codegen.MoEDims(experts=e, hidden=k if gate_up else n, intermediate=n // 2 if gate_up else k)
+        dims = codegen.MoEDims(experts=e, hidden=k if gate_up else n, intermediate=n // 2 if gate_up else k,
+                               top_k=top_k)
         spec = codegen.gemm_spec(dims, kind, codegen.fit_chunks(tile, k))  # (a v1 stage of chunks that K lacks)
         kernel = _kernel(spec)
         if spec.launch["persistent"]:
@@ -166,10 +169,12 @@ def _persistent_ctas(kernel, device_index: int, threads: int, smem: int) -> int:
 
 def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scale, *, m: int,
                  tile: codegen.TileConfig | None, out=None, out_f32=None, row_weight=None,
-                 quant: tuple | None = None, pdl: bool = False) -> None:
+                 quant: tuple | None = None, pdl: bool = False, combine: tuple | None = None) -> None:
+    """combine: (row_token, slot_rows, out) of a down GEMM whose spec has the combine in its epilogue."""
     e = weights.num_experts
     tile = tile or codegen.tile_for_rows(m, e, k=weights.k, kind=kind, n=weights.n)
-    spec, kernel = _plan(kind, weights, tile)
+    top_k = combine[1].shape[1] if combine is not None else 1
+    spec, kernel = _plan(kind, weights, tile, top_k)
     launch = spec.launch
     device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     token_tiles = -(-m // tile.tile_tokens) + e  # upper bound on sum_e ceil(rows_e / TN)
@@ -187,10 +192,17 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     counters = _tile_counters(a.device, token_tiles) if fused else None
     status = _status_word(device_index) if fused else None
     q_codes, q_bscales, q_scale, q_dequant, q_bits = quant or (None,) * 5
+    row_token, slot_rows, combine_out = combine or (None,) * 3
+    if (combine is not None) != bool(spec.launch["combine_top_k"]):
+        raise RuntimeError(f"{spec.name}: combine buffers given {combine is not None}, kernel combines "
+                           f"{bool(spec.launch['combine_top_k'])}")  # (moe_down decides both)
+    combine_counters = None
+    if combine is not None:  # one counter per (token, weight tile)
+        combine_counters = _tile_counters(a.device, slot_rows.shape[0] * x_tiles, "combine")
     values = (_addr(a), _addr(row_index), _addr(row_scale), _addr(weights.codes), _addr(weights.block_scales),
               _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(out_f32), _addr(row_weight),
               _addr(q_codes), _addr(q_bscales), _addr(q_scale), _addr(q_dequant), _addr(q_bits), _addr(counters),
-              _addr(status))
+              _addr(status), _addr(row_token), _addr(slot_rows), _addr(combine_out), _addr(combine_counters))
     with nvtx.annotate(f"moe_gemm_{kind}"):
         kernel.launch(device_index, grid, (launch["threads"], 1, 1), [(_params, values)], smem=launch["smem_bytes"],
                       pdl=pdl)
@@ -291,8 +303,9 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
              pdl: bool = False) -> torch.Tensor:
     """down GEMM over sorted rows a [M, I] + router weight + ordered top-k combine -> bf16 [T, H].
 
-    The combine is a programmatic dependent launch of the GEMM (FOLLOW_UP_PDL); pdl: see the module
-    docstring."""
+    The combine is a programmatic dependent launch of the GEMM (FOLLOW_UP_PDL), or with a v1 tile whose
+    fused_combine is set, the GEMM's own epilogue (same bits; slot_workspace still holds the per-slot rows);
+    pdl: see the module docstring."""
     if not a.is_cuda:
         return moe_gemm_ref.moe_down_ref(a, weights, routing, row_scale=row_scale)
     if routing.row_weight is None:
@@ -314,6 +327,20 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
     _check_device_inputs({"out": out, "slot_workspace": ys})
     if m == 0:
         return out.zero_()
+    tile = tile or codegen.tile_for_rows(m, weights.num_experts, k=weights.k, kind="down_routed", n=hidden)
+    if tile.fused_combine and tile.variant == "v1":
+        # the last of a token's CTAs sums its slots: every (token, slot) must name a row of that token, or
+        # counters would be left short of top_k (and non-zero for the next launch)
+        _check_device_inputs({"routing.row_index": routing.row_index})
+        if tuple(routing.row_index.shape) != (m,) or routing.row_index.dtype != torch.int32:
+            raise ValueError(f"routing.row_index must be int32 [M]=[{m}]")
+        if validate:
+            tokens = torch.arange(t, device=a.device, dtype=torch.int32)[:, None]  # [T, 1]
+            if not bool((routing.row_index[routing.slot_rows.long()] == tokens).all()):
+                raise ValueError("routing.slot_rows and routing.row_index are not inverse maps (use route())")
+        _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, out_f32=ys,
+                     row_weight=routing.row_weight, pdl=pdl, combine=(routing.row_index, routing.slot_rows, out))
+        return out
     _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, out_f32=ys,
                  row_weight=routing.row_weight, pdl=pdl)
     spec, kernel = _combine_plan(weights.num_experts, hidden, weights.k, top_k)

@@ -1,5 +1,6 @@
 """GPU tests of the NVFP4 MoE grouped GEMM kernels against the reference (sm_90a, marked gpu)."""
 
+import dataclasses
 import os
 
 import pytest
@@ -176,14 +177,22 @@ def test_batch_invariance(name):
                 assert torch.equal(g, b), f"{what} differs at batch {batch}, tile {tile}"
 
 
-@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov"])
+def _layer_tile(variant, m, e):
+    """A test layer's tile: the variant's table tile, or for "v1_cb" v1's with the down GEMM's combine in its
+    epilogue (fused_combine; the gate_up kernels ignore it)."""
+    if variant == "v1_cb":
+        return dataclasses.replace(tile_for_rows(m, e, "v1"), fused_combine=True)
+    return tile_for_rows(m, e, variant)
+
+
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb"])
 def test_cuda_graph_replay_matches_eager(variant):
     """The layer captured in a CUDA graph (validate=False: no host syncs) replays to the eager result,
     also on new inputs copied into the captured buffers (the fused epilogue's tile counters reset)."""
     _, h, i, _ = SHAPES["qwen3-30b-a3b"]
     p = problem("qwen3-30b-a3b", 64, 21)
     r = p.routing
-    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, variant)
+    tile = _layer_tile(variant, r.num_rows, p.gate_up.num_experts)
     x, s_a = p.a.clone(), p.s_a.clone()
     up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
     y = torch.empty(64, h, dtype=torch.bfloat16, device="cuda")
@@ -211,7 +220,7 @@ def test_cuda_graph_replay_matches_eager(variant):
         assert torch.equal(replayed, eager)
 
 
-@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov"])
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb"])
 @pytest.mark.parametrize("tokens", [1, 8, 64, 1024])
 def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
     """pdl=True (the GEMMs start while the previous kernel runs and wait for it before reading its
@@ -222,7 +231,7 @@ def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
     _, h, i, _ = SHAPES["qwen3-30b-a3b"]
     p = problem("qwen3-30b-a3b", tokens, 40 + tokens)
     r = p.routing
-    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, variant)
+    tile = _layer_tile(variant, r.num_rows, p.gate_up.num_experts)
     x = p.x.clone()  # [T, H] bf16: quantized inside the layer, so gate_up's predecessor is our kernel
     up_out = _poisoned_gate_up(r.num_rows, i)
     ys = torch.empty(r.num_rows, h, dtype=torch.float32, device="cuda")  # [M, H] per-slot rows
@@ -251,6 +260,34 @@ def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(y, want), (variant, tokens, seed)
+
+
+@pytest.mark.parametrize("tokens", [8, 300])
+def test_fused_combine_equals_the_combine_kernel(tokens):
+    """The combine in the down GEMM's epilogue gives the combine kernel's bits, leaves its counters zero for the
+    next launch, and refuses a routing whose slot_rows and row_index are not inverse maps before launching."""
+    name, (e, h, i, k) = "qwen3-30b-a3b", SHAPES["qwen3-30b-a3b"]
+    p = problem(name, tokens, 300 + tokens, skew=1.0)
+    r = p.routing
+    m = r.num_rows
+    gen = torch.Generator(device="cuda").manual_seed(tokens)
+    a = torch.randn(m, i, device="cuda", generator=gen).to(torch.bfloat16)  # [M, I] sorted rows
+    s_a = torch.rand(m, device="cuda", generator=gen) + 0.5
+    want = ops.moe_down(a, p.down, r, row_scale=s_a, tile=TILE_TABLE[0][1])  # down + moe_combine launch
+    fused = [t for t in TILES if t.fused_combine]
+    assert len(fused) >= 4
+    for tile in fused:
+        for _ in range(2):  # the second launch starts from the counters the first left
+            got = ops.moe_down(a, p.down, r, row_scale=s_a, tile=tile, out=torch.full_like(want, float("nan")))
+            torch.cuda.synchronize()
+            assert torch.equal(got, want), tile
+        counters = ops._counters[(torch.cuda.current_device(), "combine")]
+        assert not counters.any(), tile
+    slots = r.slot_rows.clone()
+    slots[[0, 1], 0] = slots[[1, 0], 0]  # token 0's first slot now names token 1's row
+    bad = dataclasses.replace(r, slot_rows=slots)
+    with pytest.raises(ValueError, match="inverse maps"):
+        ops.moe_down(a, p.down, bad, row_scale=s_a, tile=fused[0])
 
 
 @pytest.mark.skipif("ws" not in _VARIANTS, reason="ws variant excluded")

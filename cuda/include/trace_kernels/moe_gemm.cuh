@@ -22,7 +22,8 @@
 // gate and up of the same intermediate index; bf16 SwiGLU h, then the last CTA of a token tile
 // quantizes whole rows of h to NVFP4 + guidance), Swiglu (SwigluQuant's h only: the caller quantizes
 // h with the quantize kernel afterwards; no tile counter, fence or last-CTA work), RouterWeight (fp32
-// [M, N] times the router weight; moe_combine_kernel sums the top-k slots in slot order).
+// [M, N] times the router weight; moe_combine_kernel sums the top-k slots in slot order, or with COMBINE_TOPK the
+// last of a token's CTAs in this kernel's epilogue).
 #pragma once
 
 #include <cstdint>
@@ -64,6 +65,11 @@ struct MoEGemmParams {
   uint8_t* q_mantissa_bits;    // SwigluQuant: [M, N/16] guidance bits
   int32_t* tile_counters;      // SwigluQuant: [gridDim.y] zero on entry, left zero on exit
   uint32_t* status;            // SwigluQuant: status word (status.cuh) for a non-finite SwiGLU row
+  // RouterWeight with the combine in the epilogue (v1, COMBINE_TOPK > 0; else unused)
+  const int32_t* row_token;    // [M] token of each sorted row
+  const int32_t* slot_rows;    // [T, TOPK] sorted row of each token's slot
+  __nv_bfloat16* combine_out;  // [T, N] bf16: the ordered top-k sum
+  int32_t* combine_counters;   // [T, N / (64 NWG)] zero on entry, left zero on exit
 };
 
 namespace detail {
@@ -176,6 +182,50 @@ __device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expe
   }
 }
 
+// The combine in the down GEMM's epilogue (v1, COMBINE_TOPK): after this CTA's rows of out_f32 are stored, each
+// row counts one arrival of its token on this weight tile's columns; the CTA whose arrival completes a token's
+// TOPK sums that token's TOPK rows of these columns in slot order, exactly as moe_combine_device does (the same
+// bits whichever CTA it is), and leaves its counter zero. won: int32 [TN] of shared memory.
+template <int N, int BLOCK_ROWS, int TN, int TOPK, int THREADS>
+__device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, int row0, int rows_valid, int wt, int tid,
+                                                      int32_t* won) {
+  constexpr int kTiles = N / BLOCK_ROWS;  // weight tiles (counters) per token
+  constexpr int kQuads = BLOCK_ROWS / 4;  // float4 columns of one token's slice
+  __threadfence();  // this thread's rows of out_f32, before the arrivals below
+  __syncthreads();
+  for (int n = tid; n < TN; n += THREADS) {
+    int token = -1;
+    if (n < rows_valid) {
+      const int t = p.row_token[row0 + n];
+      if (atomicAdd(&p.combine_counters[static_cast<size_t>(t) * kTiles + wt], 1) == TOPK - 1) token = t;
+    }
+    won[n] = token;
+  }
+  __syncthreads();
+  bool any = false;
+#pragma unroll
+  for (int n = 0; n < TN; ++n) any |= won[n] >= 0;
+  if (!any) return;
+  __threadfence();  // the other CTAs' rows: complete before their arrivals were counted
+  for (int i = tid; i < TN * kQuads; i += THREADS) {
+    const int n = i / kQuads, c = i % kQuads;
+    const int t = won[n];
+    if (t < 0) continue;
+    const int col = wt * BLOCK_ROWS + 4 * c;
+    const int32_t* slots = p.slot_rows + static_cast<size_t>(t) * TOPK;
+    float4 acc = __ldcg(reinterpret_cast<const float4*>(p.out_f32 + static_cast<size_t>(slots[0]) * N + col));
+#pragma unroll
+    for (int j = 1; j < TOPK; ++j) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.out_f32 + static_cast<size_t>(slots[j]) * N + col));
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
+    uint2 packed = {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
+    *reinterpret_cast<uint2*>(p.combine_out + static_cast<size_t>(t) * N + col) = packed;
+    if (c == 0) p.combine_counters[static_cast<size_t>(t) * kTiles + wt] = 0;  // ready for the next launch
+  }
+}
+
 // PROXY_FENCE: fence.proxy.async after each stage lands, ordering the cp.async (generic proxy) writes
 // of the activation tile before wgmma's (async proxy) reads, as the PTX memory model asks. It
 // compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S; whether that MEMBAR also waits for the ring's
@@ -185,8 +235,10 @@ __device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expe
 // eleventh session of 2026-12-02), so only the A/B table auto_ov and extra tiles use it.
 // WDIRECT > 0: weights straight into registers WDIRECT K chunks ahead, activations resident for the whole K
 // (STAGES, CPS, PROXY_FENCE and OVERLAP then unused: one ring slot per K chunk, one fence per CTA).
+// COMBINE_TOPK > 0 (RouterWeight only): the ordered top-k combine in the epilogue (combine_last_arrivals), no
+// moe_combine launch after the GEMM.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
-          bool OVERLAP = false, int CPS = 1, int WDIRECT = 0>
+          bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr bool kDirect = WDIRECT > 0;
@@ -204,6 +256,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(!kDirect || (!OVERLAP && STAGES == 1 && CPS == 1), "WDIRECT: no ring (STAGES = CPS = 1), no OVERLAP");
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
+  static_assert(COMBINE_TOPK == 0 || EPI == Epilogue::RouterWeight, "the combine belongs to the down GEMM's epilogue");
 
   extern __shared__ uint8_t smem_raw[];
   // Round up to 1024 B (SW128 atoms) by offsetting smem_raw itself, so the compiler still knows every
@@ -493,6 +546,11 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
         p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
       }
     }
+  }
+
+  if constexpr (COMBINE_TOPK > 0) {
+    // src_rows is free again: the main loop's activation copies have read it
+    combine_last_arrivals<N, kBlockRows, TN, COMBINE_TOPK, kThreads>(p, row0, rows_valid, wt, tid, src_rows);
   }
 
   if constexpr (EPI == Epilogue::SwigluQuant) {

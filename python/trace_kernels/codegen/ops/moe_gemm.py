@@ -59,6 +59,12 @@ class TileConfig:
     # in the main loop); 0: weights and activations through the cp.async ring. Needs stages = 1 and
     # chunks_per_stage = 1 (no ring), TN x K x 2 bytes of shared memory.
     weights_direct: int = 0
+    # v1 down GEMM only: the ordered top-k combine in its epilogue (the last of a token's CTAs per weight tile sums
+    # the token's slots in slot order, the combine kernel's bits) instead of a moe_combine launch after it. The
+    # other kinds' kernels ignore it. No table uses it: in the same-run A/B of the fourteenth session
+    # (profiling/results/moe_combine_h200.json, auto vs auto_cb) it was 1-2% faster at T=8, even to +0.5% at T=32
+    # and 0.3-7% slower from T=64 on (docs/moe_gemm.md).
+    fused_combine: bool = False
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -140,8 +146,10 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized afterwards by the quantize kernel (A/B runs)
                "auto_qa": tuple((limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE),
                # "auto" without DOWN_SHORT_K_TABLE: every down GEMM on the long-K table (A/B runs)
-               "auto_down2wg": AUTO_TILE_TABLE}
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov")  # per-kind tables and the ws -> v1 fallback
+               "auto_down2wg": AUTO_TILE_TABLE,
+               # "auto" with the combine in the epilogue of every v1 down tile (fused_combine; A/B runs)
+               "auto_cb": AUTO_TILE_TABLE}
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb")  # per-kind tables, the ws -> v1 fallback
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
 # same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
@@ -264,6 +272,12 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(8, 1, 8, 1, weights_direct=2),
     DOWN_DIRECT_TILE,
     DOWN_DIRECT_TN16_TILE,
+    # the down GEMM's combine in its epilogue (fused_combine; the other kinds run these tiles' plain kernels) on
+    # the direct tiles, the TN=8 ring and the prefill width (several token tiles per expert, two warpgroups)
+    replace(DOWN_DIRECT_TILE, fused_combine=True),
+    replace(DOWN_DIRECT_TN16_TILE, fused_combine=True),
+    replace(TILE_TABLE[0][1], fused_combine=True),
+    replace(TILE_TABLE[-1][1], fused_combine=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -289,6 +303,9 @@ def tile_table(variant: str, kind: str | None = None,
     has its own."""
     if variant == "auto_ov" and kind is not None:
         return tuple((limit, overlapped(tile)) for limit, tile in tile_table("auto", kind, k))
+    if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
+        return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
+                     for limit, tile in tile_table("auto", kind, k))
     short_k = k is not None and k <= DOWN_ONE_WARPGROUP_MAX_K
     if variant in ("auto", "auto_qa") and kind == "down_routed" and short_k:
         return DOWN_SHORT_K_TABLE  # (auto_qa: quantize_after is moot for the down GEMM)
@@ -441,6 +458,8 @@ def check_tile(tile: TileConfig, k: int) -> None:
                              f"{tile.tile_tokens}, K={k}, more than {DIRECT_MAX_RESIDENT_BYTES}")
     elif tile.variant != "ws" and tile.stages < 2:
         raise ValueError(f"v1 needs stages >= 2 (a double buffer) without weights_direct: {tile}")
+    if tile.variant == "ws" and tile.fused_combine:
+        raise ValueError(f"fused_combine is a v1 knob (the ws down GEMM is followed by moe_combine): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
         raise ValueError(f"fused_min_blocks is a v1 knob (ws splits registers by min_blocks): {tile}")
     if tile.variant == "ws":
@@ -468,7 +487,9 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     threads = threads_for(tile, nwg)
     min_blocks = tile.fused_min_blocks if epilogue == "SwigluQuant" and tile.fused_min_blocks else tile.min_blocks
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
-    table_tile = any(replace(tile, quantize_after=False) == t for _, t in TILE_TABLE) and not tile.warpgroups
+    combine_top_k = shape.top_k if tile.fused_combine and kind == "down_routed" else 0
+    table_tile = any(replace(tile, quantize_after=False, fused_combine=False) == t for _, t in TILE_TABLE) and \
+        not tile.warpgroups and not combine_top_k
     if tile.variant == "ws":
         extra = {"ws": 1, "st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "cps": tile.chunks_per_stage,
                  "ov": int(tile.overlap), **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {}),
@@ -478,7 +499,8 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     else:
         extra = {"st": tile.stages, "mb": min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
                  "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {}),
-                 **({"wd": tile.weights_direct} if tile.weights_direct else {})}
+                 **({"wd": tile.weights_direct} if tile.weights_direct else {}),
+                 **({"cb": combine_top_k} if combine_top_k else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -486,12 +508,13 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "stages": tile.stages, "min_blocks": min_blocks, "epilogue": epilogue,
               "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false",
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
-              "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct,
+              "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct, "combine_top_k": combine_top_k,
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
               "block_rows": 64 * nwg * tile.m_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
-              "persistent": tile.variant == "ws", "min_blocks": min_blocks, "warpgroups": nwg}
+              "persistent": tile.variant == "ws", "min_blocks": min_blocks, "warpgroups": nwg,
+              "combine_top_k": combine_top_k}
     return KernelSpec(op="moe_gemm", name=name, template="moe_gemm.cu.jinja", params=params, launch=launch,
                       headers=HEADERS, needs_cutlass=True)
 
