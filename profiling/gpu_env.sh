@@ -88,6 +88,36 @@ sweep_bands() {
   done
 }
 
+# layer_ab_rounds DIR ROUNDS LIMIT MIN_LEFT BENCH_ARGS...: ROUNDS runs of bench_moe_gemm.py BENCH_ARGS (every arm in
+# one process; LIMIT s each) while more than MIN_LEFT s are left; JSONs DIR/layer_ab_R.json, logs DIR/layer_ab_R.log,
+# one line per (shape, T) with each arm's layer ms.
+layer_ab_rounds() {
+  local dir=$1 rounds=$2 limit=$3 min_left=$4 round; shift 4
+  for round in $(seq 1 "$rounds"); do
+    [ "$(left)" -lt "$min_left" ] && break
+    timeout "$limit" python3 profiling/bench_moe_gemm.py "$@" --reps 10 --out "$dir/layer_ab_$round.json" \
+      > "$dir/layer_ab_$round.log" 2>&1
+    echo "layer A/B $round exit $? (${SECONDS}s)"
+    python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print(r["shape"][6:9], r["tokens"], " ".join("%s=%.4f" % (k, x["nvfp4_ms"]) for k, x in r["variants"].items()))' \
+      "$dir/layer_ab_$round.json"
+  done
+}
+
+# ncu_down_tile DIR LABEL TOKENS FIELDS: Nsight Compute (ncu_report, 60 s) on the 30B down GEMM at TOKENS with the
+# extra tile TileConfig(FIELDS) (moe_gemm_ncu_case.py --extra); reports DIR/ncu_down_tTOKENS_LABEL.*.
+ncu_down_tile() {
+  local dir=$1 label=$2 tokens=$3 fields=$4 index name
+  read -r index name < <(python3 -c "from trace_kernels import shapes
+from trace_kernels.codegen.ops import moe_gemm as c
+tile = c.TileConfig($fields)
+print(c.EXTRA_TILES.index(tile), c.gemm_spec(shapes.preset('qwen3-30b-a3b'), 'down_routed', tile).name)")
+  [ -n "$name" ] || { echo "ncu_down_tile $label: TileConfig($fields) is not an extra tile"; return 0; }
+  ncu_report "$dir/ncu_down_t${tokens}_$label" 60 "$name" \
+    python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens "$tokens" --repeat 1 --extra="$index"
+}
+
 # moe_sanitizers DIR LIMIT: memcheck and racecheck (LIMIT s each) on the tiny fused gate_up and down GPU
 # tests over every tiling; logs DIR/sanitizer_{memcheck,racecheck}.log.
 moe_sanitizers() {

@@ -22,18 +22,7 @@ timeout 90 python3 profiling/moe_prebuild.py --jobs 16 --no-extras --tables auto
   qwen3-235b-a22b > "$DIR/build_tables.log" 2>&1
 echo "table build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_tables.log"
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-for round in $(seq 1 "$ROUNDS"); do
-  [ "$(left)" -lt 150 ] && break
-  timeout 60 python3 profiling/bench_moe_gemm.py --variants auto,auto_cb --tokens 1,8,32,64,128,256,512 --reps 10 \
-    --out "$DIR/layer_ab_$round.json" > "$DIR/layer_ab_$round.log" 2>&1
-  echo "layer A/B $round exit $? (${SECONDS}s)"
-  python3 - "$DIR/layer_ab_$round.json" <<'PY'
-import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    v = r["variants"]
-    print(r["shape"][6:9], r["tokens"], " ".join(f"{k}={x['nvfp4_ms']:.4f}" for k, x in v.items()))
-PY
-done
+layer_ab_rounds "$DIR" "$ROUNDS" 60 150 --variants auto,auto_cb --tokens 1,8,32,64,128,256,512
 TRACE_KERNELS_MOE_VARIANT=auto_cb prebuild_engine_test_models 60 "$DIR/build_engine.log"; echo "engine build (${SECONDS}s)"
 TRACE_KERNELS_MOE_VARIANT=auto_cb gpu_tests $(( $(left) - 70 )) "$DIR/engine_tests.log" tests/rl/test_engine_gpu.py \
   tests/rl/test_guidance_capture.py tests/rl/test_engine_kernels.py

@@ -23,14 +23,10 @@ source profiling/moe_direct_tiles.sh
 sweep_bands "$DIR" direct qwen3-30b-a3b "${BANDS_30B[@]}"
 sweep_bands "$DIR" direct qwen3-235b-a22b "${BANDS_235B[@]}"
 # Nsight Compute on the 30B down GEMM at T=64: the table's one-warpgroup tile (EXTRA_TILES[0]), then the direct one
-wd=$(python3 -c "from trace_kernels.codegen.ops import moe_gemm as c
-print(c.EXTRA_TILES.index(c.TileConfig(8, 1, 4, 1, weights_direct=4)))" 2>/dev/null)
-for case in "ring --extra=0 moe_gemm_down_routed_\\w+_tn8_st4_mb4_wg1_pf1_ov0_sm90a" \
-            "direct --extra=$wd moe_gemm_down_routed_\\w+_wd4_sm90a"; do
-  read -r label arg regex <<< "$case"
+for case in "ring 8,4,4,1" "direct 8,1,4,1,weights_direct=4"; do
+  read -r label fields <<< "$case"
   [ "$(left)" -lt 200 ] && break
-  ncu_report "$DIR/ncu_down_t64_$label" 60 "$regex" \
-    python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens 64 --repeat 1 $arg
+  ncu_down_tile "$DIR" "$label" 64 "$fields"
 done
 limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 60 ] && limit=60
 [ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"

@@ -24,17 +24,6 @@ sweep_bands "$DIR" direct_regs qwen3-30b-a3b "${BANDS_30B[@]}"
 sweep_bands "$DIR" direct_regs qwen3-235b-a22b "${BANDS_235B[@]}"
 n8=$(tr ';' '\n' <<< "$DIRECT8" | wc -l); n16=$(tr ';' '\n' <<< "$DIRECT16" | wc -l)
 arms=auto; for j in $(seq 0 $((n8 + n16 - 1))); do arms="$arms,auto:down$j"; done
-for round in $(seq 1 "$ROUNDS"); do
-  [ "$(left)" -lt 120 ] && break
-  timeout 100 python3 profiling/bench_moe_gemm.py --variants "$arms" --down-tiles "$DIRECT8;$DIRECT16" \
-    --tokens 8,32,64,128,192 --reps 10 --out "$DIR/layer_ab_$round.json" > "$DIR/layer_ab_$round.log" 2>&1
-  echo "layer A/B $round exit $? (${SECONDS}s)"
-  python3 - "$DIR/layer_ab_$round.json" <<'PY'
-import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    v = r["variants"]
-    print(r["shape"][6:9], r["tokens"], " ".join(f"{k.split(':')[-1]}={x['nvfp4_ms']:.4f}" for k, x in v.items()))
-PY
-done
+layer_ab_rounds "$DIR" "$ROUNDS" 100 120 --variants "$arms" --down-tiles "$DIRECT8;$DIRECT16" --tokens 8,32,64,128,192
 limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 60 ] && limit=60
 [ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"

@@ -14,10 +14,6 @@ log_machine "$DIR/machine.log"
 for case in "64 wd4_mb4 8,1,4,1,weights_direct=4" "64 wd3_mb8 8,1,8,1,weights_direct=3" \
             "128 tn16_wd2_mb6 16,1,6,1,weights_direct=2"; do
   read -r tokens label fields <<< "$case"
-  index=$(python3 -c "from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TileConfig
-print(EXTRA_TILES.index(TileConfig($fields)))")
-  tn=${fields%%,*}; mb=$(cut -d, -f3 <<< "$fields"); wd=${fields##*=}
   [ "$(left)" -lt 70 ] && break
-  ncu_report "$DIR/ncu_down_t${tokens}_$label" 60 "moe_gemm_down_routed_\\w+_tn${tn}_st1_mb${mb}_wg1_pf1_ov0_wd${wd}_sm90a" \
-    python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens "$tokens" --repeat 1 --extra="$index"
+  ncu_down_tile "$DIR" "$label" "$tokens" "$fields"
 done
