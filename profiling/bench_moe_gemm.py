@@ -145,7 +145,8 @@ def tile_label(tile) -> str:
         knobs += f"_mt{tile.m_tiles}" if tile.m_tiles > 1 else ""
         return knobs + ("_ae1" if getattr(tile, "async_epilogue", False) else "")
     knobs += f"_pf{int(tile.proxy_fence)}_ov{int(tile.overlap)}"
-    return knobs + (f"_cps{tile.chunks_per_stage}" if tile.chunks_per_stage > 1 else "")
+    knobs += f"_cps{tile.chunks_per_stage}" if tile.chunks_per_stage > 1 else ""
+    return knobs + (f"_ns{tile.n_step}" if getattr(tile, "n_step", 0) else "")
 
 
 def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generator, sweep_tiles: bool,

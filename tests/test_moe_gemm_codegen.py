@@ -39,6 +39,28 @@ def test_specs_render_deterministically_with_readable_names():
     assert "moe_gemm_gate_up_swiglu_nvfp4_e128_h2048_i768_tn8_ws1_st5_mb2_wg2_cps2_ov0_sm90a" in names
 
 
+def test_n_step_tiles():
+    stepped = codegen.stepped(codegen.TILE_TABLE[2][1])
+    assert stepped.n_step == 8 and "_ns8_" in codegen.gemm_spec(codegen.MoEDims(8, 256, 128), "gate_up", stepped).name
+    assert codegen.stepped(codegen.TILE_TABLE[-1][1]).n_step == 16  # TN=128: 8 widths, not 16
+    assert codegen.stepped(codegen.TILE_TABLE[0][1]).n_step == 0  # TN=8: no narrower wgmma
+    assert codegen.stepped(codegen.WS_TILE_TABLE[1][1]).n_step == 0  # ws tiles as they are
+    assert codegen.stepped(codegen.DOWN_DIRECT_TN16_TILE).n_step == 0  # direct tiles as they are
+    for bad in (codegen.TileConfig(32, 2, n_step=12), codegen.TileConfig(32, 2, n_step=32),
+                codegen.TileConfig(24, 2, n_step=16), codegen.TileConfig(32, 4, variant="ws", n_step=8)):
+        with pytest.raises(ValueError, match="n_step"):
+            codegen.check_tile(bad, 256)
+    # auto: auto_ns0's tables (auto before n_step) with n_step on their v1 ring tiles; the A/B variants of auto too
+    for kind in codegen.CALL_KINDS:
+        n, k = codegen.gemm_dims(shapes.preset("qwen3-30b-a3b"), kind)
+        before = codegen.tile_table("auto_ns0", kind, k)
+        assert all(not t.n_step for _, t in before)
+        assert codegen.tile_table("auto", kind, k) == tuple((limit, codegen.stepped(t)) for limit, t in before)
+        assert codegen.tile_for_rows(300 * 8, 128, "auto_cb", k=k, kind=kind, n=n).n_step == 8  # TN=32
+    assert codegen.TILE_TABLES["auto"] == tuple((limit, codegen.stepped(t)) for limit, t in codegen.AUTO_TILE_TABLE)
+    assert codegen.TILE_TABLES["auto_ns0"] == codegen.AUTO_TILE_TABLE
+
+
 def test_tile_table_and_smem():
     for variant in codegen.TILE_TABLES:
         assert codegen.tile_for_rows(64 * 8, 128, variant).tile_tokens == 8  # decode: 4 rows per expert
@@ -179,6 +201,7 @@ def test_pack_template_compiles_for_sm90a(tmp_path):
     ("qwen3-30b-a3b", "gate_up_swiglu_h", 32, "v1_overlap"),  # two A buffers, wgmma in flight across chunks
     ("tiny", "down_routed", 16, "v1_direct"),  # weights straight into registers, 3 chunks ahead of 2
     ("tiny", "down_routed", 8, "v1_combine"),  # the ordered top-k combine in the down GEMM's epilogue
+    ("tiny", "gate_up", 32, "v1_columns"),  # the wgmma width following the CTA's rows (n_step 8)
     ("qwen3-30b-a3b", "combine", 0, ""),
 ])
 def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, variant):
@@ -192,6 +215,7 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
         tiles = ([t for t in codegen.EXTRA_TILES if t.overlap and t.variant == "v1"] if variant == "v1_overlap"
                  else [t for t in codegen.EXTRA_TILES if t.weights_direct] if variant == "v1_direct"
                  else [t for t in codegen.EXTRA_TILES if t.fused_combine] if variant == "v1_combine"
+                 else [t for t in codegen.EXTRA_TILES if t.n_step and not t.weights_direct] if variant == "v1_columns"
                  else [t for _, t in codegen.TILE_TABLES[variant]])
         spec = codegen.gemm_spec(shape, kind, next(t for t in tiles if t.tile_tokens == tile_tokens))
     report = _compile(spec, tmp_path)
@@ -210,6 +234,8 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
             assert "wgmma.wait_group.sync.aligned 1;" in text
         if variant == "v1_combine":  # the arrival counters
             assert "atom.global.add" in text
+        if variant == "v1_columns":  # one main loop per width: 8, 16, 24 and 32 columns
+            assert all(f"m64n{n}k16.f32.bf16.bf16" in text for n in (8, 16, 24, 32))
         if variant == "v1_direct":  # the weights never pass through shared memory
             assert "ld.global.nc.L1::no_allocate.v4.u32" in text and "ld.global.nc.L1::no_allocate.v2.u32" in text
 
@@ -323,16 +349,18 @@ def test_auto_down_gemm_has_its_own_prefill_tile():
                 codegen.DOWN_DIRECT_TILE
             short_k = k <= codegen.DOWN_ONE_WARPGROUP_MAX_K and variant != "auto_down2wg"
             assert codegen.tile_for_rows(tn16, 128, variant, k=k, kind="down_routed", n=2048) == \
-                (codegen.DOWN_DIRECT_TN16_TILE if short_k else codegen.TILE_TABLE[1][1])
+                (codegen.DOWN_DIRECT_TN16_TILE if short_k else codegen.stepped(codegen.TILE_TABLE[1][1]))
             assert codegen.tile_for_rows(13 * 128, 128, variant, k=k, kind="down_routed", n=2048) == \
-                codegen.DOWN_TN32_TILE
+                codegen.stepped(codegen.DOWN_TN32_TILE)
     for tile in (codegen.DOWN_DIRECT_TILE, codegen.DOWN_DIRECT_TN16_TILE):  # the GPU tests check them bitwise
         assert tile.weights_direct and tile in codegen.EXTRA_TILES
     # K = 12288: TN=8 x K bf16 activations exceed the resident cap -> v1's ring tile for the rows
     assert codegen.tile_for_rows(decode, 128, "auto", k=12288, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile
-    assert codegen.tile_for_rows(prefill, 8, "auto", k=128, kind="down_routed", n=192) == codegen.TILE_TABLE[-1][1]
+    assert codegen.tile_for_rows(prefill, 8, "auto", k=128, kind="down_routed", n=192) == \
+        codegen.stepped(codegen.TILE_TABLE[-1][1])
+    assert codegen.tile_for_rows(prefill, 8, "auto_ns0", k=128, kind="down_routed", n=192) == codegen.TILE_TABLE[-1][1]
     names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"))}
     assert codegen.gemm_spec(shapes.preset("qwen3-30b-a3b"), "down_routed", codegen.WS_PREFILL_DOWN_TILE).name in names
 

@@ -27,12 +27,14 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <cute/tensor.hpp>
 #include <cute/arch/mma_sm90.hpp>
+#include <cute/arch/mma_sm90_gmma_ext.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
@@ -111,6 +113,51 @@ __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence
 // SwiGLU's h only has to be this kernel's own deterministic BF16 value (its quantization is then
 // exact): fast exp and division keep the IEEE-division slow path (a call) out of the epilogue.
 __device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
+
+// The single wgmma instruction m64nNNk16 f32.bf16.bf16 with A from registers (CuTe's rs_op_selector would tile
+// N = 24, 40, ... with narrower instructions).
+template <int NN>
+struct RsColumnsOp;
+#define TRACE_KERNELS_RS_COLUMNS_OP(NN)                                                                          \
+  template <>                                                                                                  \
+  struct RsColumnsOp<NN> {                                                                                     \
+    using type = cute::SM90::GMMA::MMA_64x##NN##x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; \
+  };
+TRACE_KERNELS_RS_COLUMNS_OP(8) TRACE_KERNELS_RS_COLUMNS_OP(16) TRACE_KERNELS_RS_COLUMNS_OP(24)
+TRACE_KERNELS_RS_COLUMNS_OP(32) TRACE_KERNELS_RS_COLUMNS_OP(40) TRACE_KERNELS_RS_COLUMNS_OP(48)
+TRACE_KERNELS_RS_COLUMNS_OP(56) TRACE_KERNELS_RS_COLUMNS_OP(64) TRACE_KERNELS_RS_COLUMNS_OP(72)
+TRACE_KERNELS_RS_COLUMNS_OP(80) TRACE_KERNELS_RS_COLUMNS_OP(88) TRACE_KERNELS_RS_COLUMNS_OP(96)
+TRACE_KERNELS_RS_COLUMNS_OP(104) TRACE_KERNELS_RS_COLUMNS_OP(112) TRACE_KERNELS_RS_COLUMNS_OP(120)
+TRACE_KERNELS_RS_COLUMNS_OP(128) TRACE_KERNELS_RS_COLUMNS_OP(136) TRACE_KERNELS_RS_COLUMNS_OP(144)
+TRACE_KERNELS_RS_COLUMNS_OP(152) TRACE_KERNELS_RS_COLUMNS_OP(160) TRACE_KERNELS_RS_COLUMNS_OP(168)
+TRACE_KERNELS_RS_COLUMNS_OP(176) TRACE_KERNELS_RS_COLUMNS_OP(184) TRACE_KERNELS_RS_COLUMNS_OP(192)
+TRACE_KERNELS_RS_COLUMNS_OP(200) TRACE_KERNELS_RS_COLUMNS_OP(208) TRACE_KERNELS_RS_COLUMNS_OP(216)
+TRACE_KERNELS_RS_COLUMNS_OP(224) TRACE_KERNELS_RS_COLUMNS_OP(232) TRACE_KERNELS_RS_COLUMNS_OP(240)
+TRACE_KERNELS_RS_COLUMNS_OP(248)
+#undef TRACE_KERNELS_RS_COLUMNS_OP
+
+// wgmma m64nNNk16 (A: 4 bf16x2 registers, B: a K-major smem descriptor) into the first NN / 2 registers of a
+// wider tile's accumulator: its columns 0..NN-1, the same registers the TN-wide instruction gives them.
+template <int NN, class Accum, size_t... I>
+__device__ __forceinline__ void wgmma_rs_columns(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t desc_b,
+                                                 Accum& accum, std::index_sequence<I...>) {
+  static_assert(sizeof...(I) == NN / 2, "one accumulator register per two columns");
+  RsColumnsOp<NN>::type::fma(a0, a1, a2, a3, desc_b, accum(I)..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+// f(Int<NN>{}) for the smallest NN in {STEP, 2 STEP, ..., TN} with n <= NN (a chain of uniform branches).
+template <int TN, int STEP, class F>
+__device__ __forceinline__ void with_columns(int n, F&& f) {
+  if constexpr (TN <= STEP) {
+    f(cute::Int<TN>{});
+  } else {
+    if (n <= TN - STEP) {
+      with_columns<TN - STEP, STEP>(n, f);
+    } else {
+      f(cute::Int<TN>{});
+    }
+  }
+}
 
 }  // namespace detail
 
@@ -238,7 +285,7 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 // COMBINE_TOPK > 0 (RouterWeight only): the ordered top-k combine in the epilogue (combine_last_arrivals), no
 // moe_combine launch after the GEMM.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
-          bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0>
+          bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr bool kDirect = WDIRECT > 0;
@@ -257,6 +304,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
   static_assert(COMBINE_TOPK == 0 || EPI == Epilogue::RouterWeight, "the combine belongs to the down GEMM's epilogue");
+  static_assert(NSTEP == 0 || (NSTEP % 8 == 0 && NSTEP < TN && TN % NSTEP == 0), "NSTEP: a multiple of 8 dividing TN");
 
   extern __shared__ uint8_t smem_raw[];
   // Round up to 1024 B (SW128 atoms) by offsetting smem_raw itself, so the compiler still knows every
@@ -284,6 +332,8 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const int expert = item[0];
   const int row0 = p.offsets[expert] + (y_tile - tile_start[expert]) * TN;
   const int rows_valid = min(TN, p.offsets[expert + 1] - row0);
+  // NSTEP: the wgmmas' N is rows_valid rounded up to NSTEP, not TN (the columns past it would be discarded)
+  const int n_mma = NSTEP ? min(TN, (rows_valid + NSTEP - 1) / NSTEP * NSTEP) : TN;
 
   // ---- wgmma: 64 x TN x 16, A (weights) from registers, B (tokens) K-major SW128 in smem ----
   using MmaOp = decltype(SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<TN>, _16>>());
@@ -362,7 +412,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   uint32_t a_dst = 0;
   bool a_valid = false;
   if constexpr (kOnePiece) {
-    if (tid < TN * 8) {
+    if (tid < n_mma * 8) {
       const int n = tid >> 3, c = tid & 7;
       const int src = src_rows[n];
       a_valid = src >= 0;  // rows past the expert's end: zero-filled from row 0's (valid) address
@@ -374,10 +424,10 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const __nv_bfloat16* a_c = a_src;
   auto load_activations = [&](int chunk0, int rel, int stage) {
     if constexpr (kOnePiece) {
-      if (tid < TN * 8)
+      if (tid < n_mma * 8)
         detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_c + rel * detail::kChunkK, a_valid);
     } else {
-      for (int i = tid; i < TN * 8; i += kThreads) {
+      for (int i = tid; i < n_mma * 8; i += kThreads) {  // rows past n_mma: never read by the wgmmas
         const int n = i >> 3, c = i & 7;
         const int src = src_rows[n];
         const __nv_bfloat16* g =
@@ -415,8 +465,11 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   Tensor tCrA_next = make_fragment_like(tCrA);  // second A buffer (OVERLAP only; dead code otherwise)
 
   // One K chunk: this thread's 4 code words and its rows' 8 scale bytes -> 4 k16 steps of A registers, then
-  // the chunk's wgmmas against ring slot `stage` of the activations.
-  auto mma_chunk = [&](const uint4 codes, const uint2 scales, const int stage, auto& frag_a) {
+  // the chunk's wgmmas against ring slot `stage` of the activations, NN columns wide (Int<NN>: TN, or with
+  // NSTEP the CTA's n_mma; the same descriptors, since a K-major SW128 tile's first NN rows are those of
+  // TN's, and the first NN / 2 accumulator registers).
+  auto mma_chunk = [&](const uint4 codes, const uint2 scales, const int stage, auto& frag_a, auto nn) {
+    constexpr int NN = decltype(nn)::value;
     const uint32_t code_words[4] = {codes.x, codes.y, codes.z, codes.w};
     auto a_u32 = recast<uint32_t>(frag_a);  // (4 regs, 1, 4)
 #pragma unroll
@@ -429,14 +482,22 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
     warpgroup_arrive();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) cute::gemm(tiled_mma, frag_a(_, _, j), tCrB(_, _, j, stage), accum);
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (NN == TN) {
+        cute::gemm(tiled_mma, frag_a(_, _, j), tCrB(_, _, j, stage), accum);
+      } else {
+        detail::wgmma_rs_columns<NN>(a_u32(0, 0, j), a_u32(1, 0, j), a_u32(2, 0, j), a_u32(3, 0, j),
+                                     recast<uint64_t>(tCrB(_, _, j, stage))(0), accum,
+                                     std::make_index_sequence<NN / 2>{});
+      }
+    }
     warpgroup_commit_batch();
     warpgroup_wait<OVERLAP ? 1 : 0>();
     if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
   };
   // chunk = chunk0 + rel in ring slot `stage` == chunk % kSlots; the caller passes rel and stage as
   // constants where it can (see below), with a_c, code_c, scale_c at chunk0
-  auto mainloop_step = [&](const int chunk0, const int rel, const int stage, auto& frag_a) {
+  auto mainloop_step = [&](const int chunk0, const int rel, const int stage, auto& frag_a, auto nn) {
     const int chunk = chunk0 + rel;
     if (rel % CPS == 0) {  // the first chunk of a ring stage (chunk0 is a multiple of kSlots, so of CPS)
       detail::cp_async_wait<kAheadStages - 1>();
@@ -453,70 +514,79 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     const uint4 codes = *reinterpret_cast<const uint4*>(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16);
     const uint2 scales = *reinterpret_cast<const uint2*>(smem + Smem::kScales + stage * Smem::kScalesStage +
                                                          wg * detail::kScaleRecord + (warp_in_wg * 8 + g) * 8);
-    mma_chunk(codes, scales, stage, frag_a);
+    mma_chunk(codes, scales, stage, frag_a, nn);
   };
   // Unrolled by the ring's slots: every slot index, and with it each shared-memory offset and wgmma
   // descriptor, is a compile-time constant, and a chunk's global offsets are one base per turn of the ring
   // plus immediates (the decode tiles issue few instructions per chunk besides these). WDIRECT: unrolled by
   // the register buffers, whose index must be constant; the resident activation chunk (and descriptor) is
   // one add per chunk.
-  if constexpr (kDirect) {
-    // every activation chunk landed for every thread (the one wait and barrier of the CTA)
-    detail::cp_async_wait<0>();
-    detail::fence_proxy_async_shared();
-    __syncthreads();
-    for (int chunk0 = 0; chunk0 < kChunks; chunk0 += WDIRECT) {
+  auto main_loop = [&](auto nn) {
+    if constexpr (kDirect) {
+      // every activation chunk landed for every thread (the one wait and barrier of the CTA)
+      detail::cp_async_wait<0>();
+      detail::fence_proxy_async_shared();
+      __syncthreads();
+      for (int chunk0 = 0; chunk0 < kChunks; chunk0 += WDIRECT) {
 #pragma unroll
-      for (int r = 0; r < WDIRECT; ++r) {
-        const int chunk = chunk0 + r;
-        if (kChunks % WDIRECT == 0 || chunk < kChunks) {
-          const uint4 codes = direct_codes[r];
-          const uint2 scales = direct_scales[r];
-          if (chunk + WDIRECT < kChunks) {  // refill the registers just read, WDIRECT chunks ahead
-            direct_codes[r] = detail::ldg_stream_16(code_c + (r + WDIRECT) * detail::kCodeRecord);
-            direct_scales[r] = detail::ldg_stream_8(direct_scale_c + (r + WDIRECT) * detail::kScaleRecord);
+        for (int r = 0; r < WDIRECT; ++r) {
+          const int chunk = chunk0 + r;
+          if (kChunks % WDIRECT == 0 || chunk < kChunks) {
+            const uint4 codes = direct_codes[r];
+            const uint2 scales = direct_scales[r];
+            if (chunk + WDIRECT < kChunks) {  // refill the registers just read, WDIRECT chunks ahead
+              direct_codes[r] = detail::ldg_stream_16(code_c + (r + WDIRECT) * detail::kCodeRecord);
+              direct_scales[r] = detail::ldg_stream_8(direct_scale_c + (r + WDIRECT) * detail::kScaleRecord);
+            }
+            mma_chunk(codes, scales, chunk, tCrA, nn);
           }
-          mma_chunk(codes, scales, chunk, tCrA);
         }
+        code_c += WDIRECT * detail::kCodeRecord;
+        direct_scale_c += WDIRECT * detail::kScaleRecord;
       }
-      code_c += WDIRECT * detail::kCodeRecord;
-      direct_scale_c += WDIRECT * detail::kScaleRecord;
-    }
-  } else if constexpr (OVERLAP) {
-    // kSlots is even, so a slot's parity is its chunk's and the two A buffers alternate. The wgmmas
-    // drain at the end of every turn: with one still in flight across the loop's back edge, or under a
-    // run-time "chunk exists" test, ptxas serializes every wgmma of the kernel (C7513 / C7511: a wait
-    // after each). So whole turns run in the loop and the K % ring remainder after it.
-    constexpr int kTurns = kChunks / kSlots, kRest = kChunks % kSlots;
-    auto overlapped_step = [&](const int chunk0, const int s) {
-      if (s % 2) {
-        mainloop_step(chunk0, s, s, tCrA_next);
-      } else {
-        mainloop_step(chunk0, s, s, tCrA);
-      }
-    };
-    for (int turn = 0; turn < kTurns; ++turn) {
+    } else if constexpr (OVERLAP) {
+      // kSlots is even, so a slot's parity is its chunk's and the two A buffers alternate. The wgmmas
+      // drain at the end of every turn: with one still in flight across the loop's back edge, or under a
+      // run-time "chunk exists" test, ptxas serializes every wgmma of the kernel (C7513 / C7511: a wait
+      // after each). So whole turns run in the loop and the K % ring remainder after it.
+      constexpr int kTurns = kChunks / kSlots, kRest = kChunks % kSlots;
+      auto overlapped_step = [&](const int chunk0, const int s) {
+        if (s % 2) {
+          mainloop_step(chunk0, s, s, tCrA_next, nn);
+        } else {
+          mainloop_step(chunk0, s, s, tCrA, nn);
+        }
+      };
+      for (int turn = 0; turn < kTurns; ++turn) {
 #pragma unroll
-      for (int s = 0; s < kSlots; ++s) overlapped_step(turn * kSlots, s);
+        for (int s = 0; s < kSlots; ++s) overlapped_step(turn * kSlots, s);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(accum);
+        a_c += kSlots * detail::kChunkK;
+        code_c += kSlots * detail::kCodeRecord;
+        scale_c += kSlots * detail::kScaleRecord;
+      }
+#pragma unroll
+      for (int s = 0; s < kRest; ++s) overlapped_step(kTurns * kSlots, s);
       warpgroup_wait<0>();
       warpgroup_fence_operand(accum);
-      a_c += kSlots * detail::kChunkK;
-      code_c += kSlots * detail::kCodeRecord;
-      scale_c += kSlots * detail::kScaleRecord;
-    }
+    } else {
+      for (int chunk0 = 0; chunk0 < kChunks; chunk0 += kSlots) {
 #pragma unroll
-    for (int s = 0; s < kRest; ++s) overlapped_step(kTurns * kSlots, s);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(accum);
+        for (int s = 0; s < kSlots; ++s)
+          if (kChunks % kSlots == 0 || chunk0 + s < kChunks) mainloop_step(chunk0, s, s, tCrA, nn);
+        a_c += kSlots * detail::kChunkK;
+        code_c += kSlots * detail::kCodeRecord;
+        scale_c += kSlots * detail::kScaleRecord;
+      }
+    }
+  };
+  // NSTEP: one copy of the main loop per wgmma width, picked once per CTA (a uniform branch), so each copy's
+  // wgmmas are straight-line code as without NSTEP.
+  if constexpr (NSTEP == 0) {
+    main_loop(Int<TN>{});
   } else {
-    for (int chunk0 = 0; chunk0 < kChunks; chunk0 += kSlots) {
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s)
-        if (kChunks % kSlots == 0 || chunk0 + s < kChunks) mainloop_step(chunk0, s, s, tCrA);
-      a_c += kSlots * detail::kChunkK;
-      code_c += kSlots * detail::kCodeRecord;
-      scale_c += kSlots * detail::kScaleRecord;
-    }
+    detail::with_columns<TN, NSTEP>(n_mma, main_loop);
   }
   detail::cp_async_wait<0>();
 

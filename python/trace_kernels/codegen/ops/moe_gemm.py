@@ -65,6 +65,10 @@ class TileConfig:
     # (profiling/results/moe_combine_h200.json, auto vs auto_cb) it was 1-2% faster at T=8, even to +0.5% at T=32
     # and 0.3-7% slower from T=64 on (docs/moe_gemm.md).
     fused_combine: bool = False
+    # v1: the wgmmas' N is the CTA's routed rows rounded up to this step (a multiple of 8 dividing tile_tokens)
+    # instead of tile_tokens: one copy of the main loop per width, picked once per CTA; 0: always tile_tokens.
+    # The tensor cores then skip the columns a partly filled token tile would discard.
+    n_step: int = 0
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -142,6 +146,20 @@ def overlapped(tile: TileConfig) -> TileConfig:
                    min_blocks=1 if tile.tile_tokens >= 128 else tile.min_blocks)
 
 
+def stepped(tile: TileConfig) -> TileConfig:
+    """A v1 ring tile of TN >= 16 whose wgmmas are as wide as its CTA's routed rows rounded up to 8 (to 16 from
+    TN=128: fewer copies of the main loop); ws tiles, weights_direct tiles and TN=8 as they are. What "auto" runs.
+
+    Same-run A/B of the fifteenth session (profiling/results/moe_columns_h200.json, auto_ns0 against these tiles,
+    two rounds in one process): layer 2-8% faster on 30B from T=256 (T=512 0.2015-0.2023 -> 0.1939-0.1943 ms, T=2048
+    0.5378-0.5426 -> 0.5004-0.5030) and 2-11% on 235B from T=128 (T=256 0.4444-0.4458 -> 0.4177-0.4183, T=2048
+    1.8545-1.8769 -> 1.6742-1.6884). On 30B's direct TN=16 down tile (T=128-192) the copies took 76 instead of 71
+    registers, 6 CTAs/SM instead of 7, and that down GEMM 8-10% longer, so direct tiles keep one width."""
+    if tile.variant != "v1" or tile.tile_tokens < 16 or tile.n_step or tile.weights_direct:
+        return tile
+    return replace(tile, n_step=8 if tile.tile_tokens <= 64 else 16)
+
+
 TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized afterwards by the quantize kernel (A/B runs)
                "auto_qa": tuple((limit, replace(tile, quantize_after=True)) for limit, tile in AUTO_TILE_TABLE),
@@ -149,7 +167,9 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_down2wg": AUTO_TILE_TABLE,
                # "auto" with the combine in the epilogue of every v1 down tile (fused_combine; A/B runs)
                "auto_cb": AUTO_TILE_TABLE}
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb")  # per-kind tables, the ws -> v1 fallback
+# The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback, and (but "auto_ns0", auto
+# before n_step) the wgmma width following the rows on their v1 ring tiles (stepped)
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0")
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
 # same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
@@ -177,6 +197,8 @@ AUTO_GATE_UP_TABLE = tuple((limit, replace(tile, quantize_after=tile.variant == 
                            for limit, tile in AUTO_GATE_UP_PLAIN_TABLE)
 # "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
+# "auto" before its v1 ring tiles took n_step (A/B runs; per GEMM kind through tile_table)
+TILE_TABLES["auto_ns0"] = AUTO_TILE_TABLE
 # The down GEMM's decode tile loads each thread's weight bytes straight into registers K chunks ahead
 # (weights_direct), one warpgroup: no ring, no CTA barrier or proxy fence in the main loop. Same-run sweep of
 # 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms of the
@@ -278,6 +300,12 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(DOWN_DIRECT_TN16_TILE, fused_combine=True),
     replace(TILE_TABLE[0][1], fused_combine=True),
     replace(TILE_TABLE[-1][1], fused_combine=True),
+    # the wgmma width following the CTA's rows (n_step): auto's TN=32 ring and prefill tile, the 30B direct TN=16 down
+    # tile with it (measured, not adopted), and the overlapped prefill loop
+    stepped(TILE_TABLE[2][1]),
+    stepped(TILE_TABLE[-1][1]),
+    replace(DOWN_DIRECT_TN16_TILE, n_step=8),
+    TileConfig(128, 4, 1, 0, overlap=True, n_step=32),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -301,11 +329,20 @@ def tile_table(variant: str, kind: str | None = None,
                k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
     """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and its K) where "auto"
     has its own."""
+    if variant == "auto_ns0":
+        return _unstepped_table("auto", kind, k)
+    table = _unstepped_table(variant, kind, k)
+    return tuple((limit, stepped(tile)) for limit, tile in table) if variant in AUTO_TABLES else table
+
+
+def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tuple[float, TileConfig], ...]:
+    if variant == "auto" and kind is None:
+        return AUTO_TILE_TABLE
     if variant == "auto_ov" and kind is not None:
-        return tuple((limit, overlapped(tile)) for limit, tile in tile_table("auto", kind, k))
+        return tuple((limit, overlapped(tile)) for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
-                     for limit, tile in tile_table("auto", kind, k))
+                     for limit, tile in _unstepped_table("auto", kind, k))
     short_k = k is not None and k <= DOWN_ONE_WARPGROUP_MAX_K
     if variant in ("auto", "auto_qa") and kind == "down_routed" and short_k:
         return DOWN_SHORT_K_TABLE  # (auto_qa: quantize_after is moot for the down GEMM)
@@ -330,7 +367,7 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
     tile = _table_tile(tile_table(name, kind, k), average)
     if k is None:
         return tile
-    return auto_fallback(tile, k, average, n) if name in AUTO_TABLES else fit_chunks(tile, k)
+    return auto_fallback(tile, k, average, n, name != "auto_ns0") if name in AUTO_TABLES else fit_chunks(tile, k)
 
 
 def fit_chunks(tile: TileConfig, k: int) -> TileConfig:
@@ -346,15 +383,17 @@ def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> 
     return next((tile for limit, tile in table if average <= limit), table[-1][1])
 
 
-def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None) -> TileConfig:
-    """v1's tile for `average` rows per expert where the "auto" table's tile does not fit K (or N)."""
+def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None, step: bool = True) -> TileConfig:
+    """v1's tile for `average` rows per expert where the "auto" table's tile does not fit K (or N); stepped
+    like auto's v1 tiles (step=False: auto_ns0's)."""
     try:
         check_tile(tile, k)
         if n is not None:
             warpgroups_for(n, tile)
         return tile
     except ValueError:
-        return fit_chunks(replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after), k)
+        fallback = replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after)
+        return fit_chunks(stepped(fallback) if step else fallback, k)
 
 
 @dataclass(frozen=True)
@@ -458,6 +497,9 @@ def check_tile(tile: TileConfig, k: int) -> None:
                              f"{tile.tile_tokens}, K={k}, more than {DIRECT_MAX_RESIDENT_BYTES}")
     elif tile.variant != "ws" and tile.stages < 2:
         raise ValueError(f"v1 needs stages >= 2 (a double buffer) without weights_direct: {tile}")
+    if tile.n_step and (tile.variant == "ws" or tile.n_step % 8 or tile.n_step >= tile.tile_tokens or
+                        tile.tile_tokens % tile.n_step):
+        raise ValueError(f"n_step is a v1 knob: a multiple of 8 below tile_tokens that divides it: {tile}")
     if tile.variant == "ws" and tile.fused_combine:
         raise ValueError(f"fused_combine is a v1 knob (the ws down GEMM is followed by moe_combine): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
@@ -500,7 +542,8 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
         extra = {"st": tile.stages, "mb": min_blocks, "wg": nwg, "pf": int(tile.proxy_fence),
                  "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {}),
                  **({"wd": tile.weights_direct} if tile.weights_direct else {}),
-                 **({"cb": combine_top_k} if combine_top_k else {})}
+                 **({"cb": combine_top_k} if combine_top_k else {}),
+                 **({"ns": tile.n_step} if tile.n_step else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -509,6 +552,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false",
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
               "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct, "combine_top_k": combine_top_k,
+              "n_step": tile.n_step,
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
@@ -540,10 +584,16 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
         for kind in CALL_KINDS:
             n, k = gemm_dims(shape, kind)
             for limit, tile in tile_table(name, kind, k):
-                fitted = auto_fallback(tile, k, limit, n) if name in AUTO_TABLES else fit_chunks(tile, k)
+                fitted = auto_fallback(tile, k, limit, n, name != "auto_ns0") if name in AUTO_TABLES else \
+                    fit_chunks(tile, k)
                 spec = gemm_spec(shape, launched_kind(kind, fitted), fitted)
                 specs.setdefault(spec.name, spec)
     return list(specs.values()) + [combine_spec(shape)]
+
+
+# The auto tables as TILE_TABLES holds them (no GEMM kind): their v1 ring tiles stepped, auto_ns0 as auto was before
+for _name in AUTO_TABLES:
+    TILE_TABLES[_name] = tile_table(_name)
 
 
 OP = OpCodegen(name="moe_gemm", specs_for_shape=specs_for_shape,

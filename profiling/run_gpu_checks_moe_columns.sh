@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 4, one H200 call: wgmmas as wide as each CTA's routed rows (TileConfig.n_step; A/B tables auto_ns, auto_ns128).
+#   (1) the MoE GPU tests (the n_step extra tiles bitwise against every other tile, batch-invariant, graphs, PDL)
+#   (2) the layer, auto against auto_ns and auto_ns128 in one process, ROUNDS rounds (layer_ab_rounds), T = TOKENS
+#   (3) memcheck / racecheck on the tiny layer over every tiling
+# Usage (repo root; carry .whl and .tkcache, built here by moe_prebuild.py):
+#   OUT=$OUT bash profiling/run_gpu_checks_moe_columns.sh -> $OUT/moe_columns.tar
+set -uo pipefail
+OUT=${OUT:-runs/moe_columns}
+TOKENS=${TOKENS:-64,128,192,256,384,512,768,1024,1536,2048}
+ROUNDS=${ROUNDS:-2}
+BUDGET=${BUDGET:-560}
+DIR="$OUT/moe_columns"
+mkdir -p "$DIR"
+source profiling/gpu_env.sh "$DIR/setup.log"
+tar_on_exit "$DIR"
+log_machine "$DIR/machine.log"
+timeout 120 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
+echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
+timeout 100 python3 profiling/moe_prebuild.py --jobs 16 --tables auto,auto_ns,auto_ns128 --no-extras qwen3-235b-a22b \
+  > "$DIR/build_235b.log" 2>&1
+echo "235B build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_235b.log"
+gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
+layer_ab_rounds "$DIR" "$ROUNDS" 170 120 --variants auto,auto_ns,auto_ns128 --tokens "$TOKENS"
+limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 60 ] && limit=60
+[ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"
