@@ -3,8 +3,9 @@
 # routed rows), the checks a default change needs and the layer at the benchmark's T:
 #   (1) the MoE GPU tests (every table and extra tile bitwise, batch-invariant, graphs, PDL)
 #   (2) the rollout engine's GPU tests (its MoE layers on the new auto)
-#   (3) the layer, auto against auto_ns0 (auto before n_step) in one process, two rounds in swapped arm order,
-#       T = TOKENS; JSONs $DIR/layer_ab_{1,2}.json
+#   (3) the layer, auto against auto_ns0 (auto before n_step) and auto:down0 (auto with 30B's direct TN=16 down tile
+#       stepped at 7 CTAs/SM, DOWN16 below) in one process, two rounds in swapped arm order, T = TOKENS;
+#       JSONs $DIR/layer_ab_{1,2}.json
 #   (4) memcheck / racecheck on the tiny layer over every tiling
 # Usage (repo root; carry .whl and .tkcache, built here by moe_prebuild.py and prebuild_engine_kernels.py):
 #   OUT=$OUT bash profiling/run_gpu_checks_moe_columns_final.sh -> $OUT/moe_columns_final.tar
@@ -13,24 +14,25 @@ OUT=${OUT:-runs/moe_columns_final}
 TOKENS=${TOKENS:-1,8,32,64,128,256,512,1024,2048,4096,16384}
 BUDGET=${BUDGET:-560}
 DIR="$OUT/moe_columns_final"
+DOWN16="tile_tokens=16,stages=1,min_blocks=7,warpgroups=1,weights_direct=2,n_step=8"
 mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
 timeout 120 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
 echo "test build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_tests.log"
-timeout 100 python3 profiling/moe_prebuild.py --jobs 16 --tables auto,auto_ns0 --no-extras qwen3-235b-a22b \
+timeout 100 python3 profiling/moe_prebuild.py --jobs 16 --tables auto,auto_ns0 --no-extras --tiles "$DOWN16" qwen3-235b-a22b \
   > "$DIR/build_235b.log" 2>&1
 echo "235B build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_235b.log"
 prebuild_engine_test_models 100 "$DIR/build_engine.log"; echo "engine build (${SECONDS}s)"; tail -1 "$DIR/build_engine.log"
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 gpu_tests 150 "$DIR/engine_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py \
   tests/rl/test_engine_kernels.py
-arms=("auto,auto_ns0" "auto_ns0,auto")
+arms=("auto,auto_ns0,auto:down0" "auto:down0,auto_ns0,auto")
 for round in 1 2; do
   [ "$(left)" -lt 150 ] && break
-  timeout 170 python3 profiling/bench_moe_gemm.py --variants "${arms[$((round - 1))]}" --tokens "$TOKENS" --reps 10 \
-    --out "$DIR/layer_ab_$round.json" > "$DIR/layer_ab_$round.log" 2>&1
+  timeout 170 python3 profiling/bench_moe_gemm.py --variants "${arms[$((round - 1))]}" --down-tiles "$DOWN16" \
+    --tokens "$TOKENS" --reps 10 --out "$DIR/layer_ab_$round.json" > "$DIR/layer_ab_$round.log" 2>&1
   echo "layer A/B $round (${arms[$((round - 1))]}) exit $? (${SECONDS}s)"
   python3 -c 'import json, sys
 for r in json.load(open(sys.argv[1]))["results"]:

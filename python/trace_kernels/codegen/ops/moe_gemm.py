@@ -301,10 +301,11 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(TILE_TABLE[0][1], fused_combine=True),
     replace(TILE_TABLE[-1][1], fused_combine=True),
     # the wgmma width following the CTA's rows (n_step): auto's TN=32 ring and prefill tile, the 30B direct TN=16 down
-    # tile with it (measured, not adopted), and the overlapped prefill loop
+    # tile with it at 7 CTAs/SM (71 registers; at 6, 76 registers and one CTA less per SM, it lost), and the
+    # overlapped prefill loop
     stepped(TILE_TABLE[2][1]),
     stepped(TILE_TABLE[-1][1]),
-    replace(DOWN_DIRECT_TN16_TILE, n_step=8),
+    replace(DOWN_DIRECT_TN16_TILE, min_blocks=7, n_step=8),
     TileConfig(128, 4, 1, 0, overlap=True, n_step=32),
 )
 
