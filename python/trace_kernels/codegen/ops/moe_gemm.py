@@ -169,7 +169,7 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_cb": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback, and (but "auto_ns0", auto
 # before n_step) the wgmma width following the rows on their v1 ring tiles (stepped)
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0")
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64")
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
 # same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
@@ -199,6 +199,22 @@ AUTO_GATE_UP_TABLE = tuple((limit, replace(tile, quantize_after=tile.variant == 
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
 # "auto" before its v1 ring tiles took n_step (A/B runs; per GEMM kind through tile_table)
 TILE_TABLES["auto_ns0"] = AUTO_TILE_TABLE
+# "auto" with a TN=64 ring from 32 to 64 routed rows per expert (A/B runs): with n_step its wgmmas cost what the rows
+# do, and it dequantizes an expert's weights once per 64 rows instead of once per 32
+TN64_STEPPED_TILE = TileConfig(64, 4, n_step=8)
+
+
+def _with_tn64_band(table: tuple[tuple[float, TileConfig], ...]) -> tuple[tuple[float, TileConfig], ...]:
+    out = []
+    for limit, tile in table:
+        if limit == 64.0 and tile.variant == "v1" and tile.tile_tokens == 32:
+            out += [(32.0, tile), (64.0, replace(TN64_STEPPED_TILE, quantize_after=tile.quantize_after))]
+        else:
+            out.append((limit, tile))
+    return tuple(out)
+
+
+TILE_TABLES["auto_w64"] = _with_tn64_band(AUTO_TILE_TABLE)
 # The down GEMM's decode tile loads each thread's weight bytes straight into registers K chunks ahead
 # (weights_direct), one warpgroup: no ring, no CTA barrier or proxy fence in the main loop. Same-run sweep of
 # 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms of the
@@ -306,6 +322,7 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     stepped(TILE_TABLE[2][1]),
     stepped(TILE_TABLE[-1][1]),
     replace(DOWN_DIRECT_TN16_TILE, min_blocks=7, n_step=8),
+    TN64_STEPPED_TILE,  # (auto_w64's tile from 32 to 64 routed rows per expert)
     TileConfig(128, 4, 1, 0, overlap=True, n_step=32),
 )
 
@@ -341,6 +358,8 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return AUTO_TILE_TABLE
     if variant == "auto_ov" and kind is not None:
         return tuple((limit, overlapped(tile)) for limit, tile in _unstepped_table("auto", kind, k))
+    if variant == "auto_w64" and kind is not None:
+        return _with_tn64_band(_unstepped_table("auto", kind, k))
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
