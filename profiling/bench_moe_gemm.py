@@ -289,6 +289,9 @@ def main(argv=None) -> int:
     parser.add_argument("--extra-tokens", default="", help="T values that also time EXTRA_TILES (every shape)")
     parser.add_argument("--down-tiles", default="",
                         help="down tiles the --variants entries KEY:downJ run (sweep_moe_gemm_tiles.py --tiles format)")
+    parser.add_argument("--no-warm-point", dest="warm_point", action="store_false",
+                        help="skip the untimed first pass over the first shape's first T (without it the first arm "
+                             "there ran 2-4%% slow on the H200, docs/moe_gemm.md)")
     args = parser.parse_args(argv)
     from sweep_moe_gemm_tiles import explicit_tiles  # (it imports this module: not at the top)
     down_tiles = explicit_tiles(args.down_tiles)
@@ -300,8 +303,12 @@ def main(argv=None) -> int:
     timer, gen, bw = setup
     results = []
     extra = tuple(int(t) for t in args.extra_tokens.split(",") if t)
+    token_list = [int(t) for t in args.tokens.split(",")]
+    if args.warm_point:  # the same work as the first point, results dropped
+        bench_shape(shapes.resolve(args.shapes.split(",")[0]), token_list[:1], timer, bw, gen, False,
+                    args.variants.split(","), (), down_tiles)
     for name in args.shapes.split(","):
-        results += bench_shape(shapes.resolve(name), [int(t) for t in args.tokens.split(",")], timer, bw, gen,
+        results += bench_shape(shapes.resolve(name), token_list, timer, bw, gen,
                                name in args.sweep_tiles.split(","), args.variants.split(","),
                                extra, down_tiles)
         with open(args.out + ".partial", "w") as f:  # survive a time-out of the next shape
