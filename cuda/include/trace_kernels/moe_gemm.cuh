@@ -118,10 +118,11 @@ __device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __e
 // N = 24, 40, ... with narrower instructions).
 template <int NN>
 struct RsColumnsOp;
-#define TRACE_KERNELS_RS_COLUMNS_OP(NN)                                                                          \
-  template <>                                                                                                  \
-  struct RsColumnsOp<NN> {                                                                                     \
-    using type = cute::SM90::GMMA::MMA_64x##NN##x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; \
+#define TRACE_KERNELS_RS_COLUMNS_OP(NN)                                                                     \
+  template <>                                                                                             \
+  struct RsColumnsOp<NN> {                                                                                \
+    using type = cute::SM90::GMMA::MMA_64x##NN##x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K,             \
+                                                                    cute::SM90::GMMA::Major::K>;            \
   };
 TRACE_KERNELS_RS_COLUMNS_OP(8) TRACE_KERNELS_RS_COLUMNS_OP(16) TRACE_KERNELS_RS_COLUMNS_OP(24)
 TRACE_KERNELS_RS_COLUMNS_OP(32) TRACE_KERNELS_RS_COLUMNS_OP(40) TRACE_KERNELS_RS_COLUMNS_OP(48)
@@ -284,6 +285,7 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 // (STAGES, CPS, PROXY_FENCE and OVERLAP then unused: one ring slot per K chunk, one fence per CTA).
 // COMBINE_TOPK > 0 (RouterWeight only): the ordered top-k combine in the epilogue (combine_last_arrivals), no
 // moe_combine launch after the GEMM.
+// NSTEP > 0: the wgmmas are as wide as the CTA's routed rows rounded up to NSTEP (one main loop per width), not TN.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
           bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
@@ -304,7 +306,8 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
   static_assert(COMBINE_TOPK == 0 || EPI == Epilogue::RouterWeight, "the combine belongs to the down GEMM's epilogue");
-  static_assert(NSTEP == 0 || (NSTEP % 8 == 0 && NSTEP < TN && TN % NSTEP == 0), "NSTEP: a multiple of 8 dividing TN");
+  static_assert(NSTEP == 0 || (NSTEP % 8 == 0 && NSTEP < TN && TN % NSTEP == 0),
+                "NSTEP: a multiple of 8 below TN that divides it");
 
   extern __shared__ uint8_t smem_raw[];
   // Round up to 1024 B (SW128 atoms) by offsetting smem_raw itself, so the compiler still knows every

@@ -150,11 +150,12 @@ def stepped(tile: TileConfig) -> TileConfig:
     """A v1 ring tile of TN >= 16 whose wgmmas are as wide as its CTA's routed rows rounded up to 8 (to 16 from
     TN=128: fewer copies of the main loop); ws tiles, weights_direct tiles and TN=8 as they are. What "auto" runs.
 
-    Same-run A/B of the fifteenth session (profiling/results/moe_columns_h200.json, auto_ns0 against these tiles,
-    two rounds in one process): layer 2-8% faster on 30B from T=256 (T=512 0.2015-0.2023 -> 0.1939-0.1943 ms, T=2048
-    0.5378-0.5426 -> 0.5004-0.5030) and 2-11% on 235B from T=128 (T=256 0.4444-0.4458 -> 0.4177-0.4183, T=2048
-    1.8545-1.8769 -> 1.6742-1.6884). On 30B's direct TN=16 down tile (T=128-192) the copies took 76 instead of 71
-    registers, 6 CTAs/SM instead of 7, and that down GEMM 8-10% longer, so direct tiles keep one width."""
+    Same-run A/B at the adopted tables (fifteenth session, profiling/results/moe_gemm_h200_columns.json, auto against
+    auto_ns0, two rounds in one process): layer 1.8-6.9% faster on 30B from T=256 (T=512 0.1992-0.1998 -> 0.1931-0.1941
+    ms, T=2048 0.5395 -> 0.5017-0.5028) and 3.4-10.9% on 235B from T=128 to 4096 (T=256 0.4433-0.4445 -> 0.4185-0.4194,
+    T=4096 3.44-3.51 -> 3.09-3.11); T <= 64 runs TN=8 tiles. On 30B's direct TN=16 down tile (T=128-192) the copies took
+    76 instead of 71 registers, 6 CTAs/SM instead of 7, and that down GEMM 8-10% longer (moe_columns_h200.json); at 7
+    CTAs/SM it tied, so direct tiles keep one width."""
     if tile.variant != "v1" or tile.tile_tokens < 16 or tile.n_step or tile.weights_direct:
         return tile
     return replace(tile, n_step=8 if tile.tile_tokens <= 64 else 16)
@@ -167,8 +168,8 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_down2wg": AUTO_TILE_TABLE,
                # "auto" with the combine in the epilogue of every v1 down tile (fused_combine; A/B runs)
                "auto_cb": AUTO_TILE_TABLE}
-# The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback, and (but "auto_ns0", auto
-# before n_step) the wgmma width following the rows on their v1 ring tiles (stepped)
+# The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
+# before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64")
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
