@@ -114,6 +114,20 @@ __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence
 // exact): fast exp and division keep the IEEE-division slow path (a call) out of the epilogue.
 __device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
 
+// A token's combined output: its TOPK slot rows' float4s (load(j): slot j's) summed in slot order, then four bf16.
+// The combine kernel and the down GEMM's fused_combine epilogue share it, so both give the same bits.
+template <int TOPK, class Load>
+__device__ __forceinline__ uint2 sum_slots_bf16x4(Load load) {
+  float4 acc = load(0);
+#pragma unroll
+  for (int j = 1; j < TOPK; ++j) {
+    const float4 v = load(j);
+    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+  }
+  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
+  return {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
+}
+
 // The single wgmma instruction m64nNNk16 f32.bf16.bf16 with A from registers (CuTe's rs_op_selector would tile
 // N = 24, 40, ... with narrower instructions).
 template <int NN>
@@ -261,15 +275,11 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
     if (t < 0) continue;
     const int col = wt * BLOCK_ROWS + 4 * c;
     const int32_t* slots = p.slot_rows + static_cast<size_t>(t) * TOPK;
-    float4 acc = __ldcg(reinterpret_cast<const float4*>(p.out_f32 + static_cast<size_t>(slots[0]) * N + col));
-#pragma unroll
-    for (int j = 1; j < TOPK; ++j) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.out_f32 + static_cast<size_t>(slots[j]) * N + col));
-      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
-    }
-    __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
-    uint2 packed = {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
-    *reinterpret_cast<uint2*>(p.combine_out + static_cast<size_t>(t) * N + col) = packed;
+    // __ldcg: the other CTAs' rows, past L1
+    *reinterpret_cast<uint2*>(p.combine_out + static_cast<size_t>(t) * N + col) =
+        detail::sum_slots_bf16x4<TOPK>([&](int j) {
+          return __ldcg(reinterpret_cast<const float4*>(p.out_f32 + static_cast<size_t>(slots[j]) * N + col));
+        });
     if (c == 0) p.combine_counters[static_cast<size_t>(t) * kTiles + wt] = 0;  // ready for the next launch
   }
 }
@@ -657,15 +667,8 @@ __device__ __forceinline__ void moe_combine_device(const float* __restrict__ ys,
 #pragma unroll
   for (int j = 0; j < TOPK; ++j) rows[j] = slot_rows[t * TOPK + j];
   for (int c = threadIdx.x; c < H / 4; c += blockDim.x) {
-    float4 acc = reinterpret_cast<const float4*>(ys + static_cast<size_t>(rows[0]) * H)[c];
-#pragma unroll
-    for (int j = 1; j < TOPK; ++j) {
-      const float4 v = reinterpret_cast<const float4*>(ys + static_cast<size_t>(rows[j]) * H)[c];
-      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
-    }
-    __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
-    uint2 packed = {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
-    reinterpret_cast<uint2*>(out + static_cast<size_t>(t) * H)[c] = packed;
+    reinterpret_cast<uint2*>(out + static_cast<size_t>(t) * H)[c] = detail::sum_slots_bf16x4<TOPK>(
+        [&](int j) { return reinterpret_cast<const float4*>(ys + static_cast<size_t>(rows[j]) * H)[c]; });
   }
 }
 
