@@ -95,14 +95,42 @@ layer_ab_rounds() {
   local dir=$1 rounds=$2 limit=$3 min_left=$4 round; shift 4
   for round in $(seq 1 "$rounds"); do
     [ "$(left)" -lt "$min_left" ] && break
-    timeout "$limit" python3 profiling/bench_moe_gemm.py "$@" --reps 10 --out "$dir/layer_ab_$round.json" \
-      > "$dir/layer_ab_$round.log" 2>&1
-    echo "layer A/B $round exit $? (${SECONDS}s)"
-    python3 -c 'import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    print(r["shape"][6:9], r["tokens"], " ".join("%s=%.4f" % (k, x["nvfp4_ms"]) for k, x in r["variants"].items()))' \
-      "$dir/layer_ab_$round.json"
+    layer_ab_round "$dir" "$round" "$limit" "$@"
   done
+}
+
+# layer_ab_swapped DIR LIMIT MIN_LEFT VARIANTS BENCH_ARGS...: layer_ab_rounds' two rounds with --variants VARIANTS, the
+# second with the arms in reverse order.
+layer_ab_swapped() {
+  local dir=$1 limit=$2 min_left=$3 variants=$4 round; shift 4
+  for round in 1 2; do
+    [ "$(left)" -lt "$min_left" ] && break
+    layer_ab_round "$dir" "$round" "$limit" --variants "$variants" "$@"
+    variants=$(tr ',' '\n' <<< "$variants" | tac | paste -sd,)
+  done
+}
+
+# layer_ab_round DIR ROUND LIMIT BENCH_ARGS...: one run of bench_moe_gemm.py BENCH_ARGS --reps 10 (LIMIT s), JSON
+# DIR/layer_ab_ROUND.json, log DIR/layer_ab_ROUND.log; one line per (shape, T) with each arm's layer ms, arms by name.
+layer_ab_round() {
+  local dir=$1 round=$2 limit=$3 rc; shift 3
+  timeout "$limit" python3 profiling/bench_moe_gemm.py "$@" --reps 10 --out "$dir/layer_ab_$round.json" \
+    > "$dir/layer_ab_$round.log" 2>&1
+  rc=$?
+  echo "layer A/B $round exit $rc (${SECONDS}s)"
+  python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print(r["shape"][6:9], r["tokens"], " ".join("%s=%.4f" % (k, x["nvfp4_ms"]) for k, x in sorted(r["variants"].items())))' \
+    "$dir/layer_ab_$round.json"
+}
+
+# moe_build LIMIT LOG MOE_PREBUILD_ARGS...: moe_prebuild.py --jobs 16 (a check of the carried cache, or a build of what
+# it lacks) under timeout, its status and last line printed.
+moe_build() {
+  local limit=$1 log=$2 rc; shift 2
+  timeout "$limit" python3 profiling/moe_prebuild.py --jobs 16 "$@" > "$log" 2>&1
+  rc=$?
+  echo "$(basename "$log" .log) exit $rc (${SECONDS}s)"; tail -1 "$log"
 }
 
 # ncu_down_tile DIR LABEL TOKENS FIELDS: Nsight Compute (ncu_report, 60 s) on the 30B down GEMM at TOKENS with the
@@ -116,6 +144,13 @@ print(c.EXTRA_TILES.index(tile), c.gemm_spec(shapes.preset('qwen3-30b-a3b'), 'do
   [ -n "$name" ] || { echo "ncu_down_tile $label: TileConfig($fields) is not an extra tile"; return 0; }
   ncu_report "$dir/ncu_down_t${tokens}_$label" 60 "$name" \
     python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens "$tokens" --repeat 1 --extra="$index"
+}
+
+# moe_sanitizers_left DIR MAX: moe_sanitizers with half the time left each (at most MAX s), if that is over 15 s.
+moe_sanitizers_left() {
+  local limit=$(( ($(left) - 5) / 2 ))
+  [ "$limit" -gt "$2" ] && limit=$2
+  [ "$limit" -gt 15 ] && moe_sanitizers "$1" "$limit"
 }
 
 # moe_sanitizers DIR LIMIT: memcheck and racecheck (LIMIT s each) on the tiny fused gate_up and down GPU

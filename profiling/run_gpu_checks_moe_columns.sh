@@ -19,12 +19,8 @@ mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
-timeout 120 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
-echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
-timeout 100 python3 profiling/moe_prebuild.py --jobs 16 --tables auto,auto_ns0 --no-extras qwen3-235b-a22b \
-  > "$DIR/build_235b.log" 2>&1
-echo "235B build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_235b.log"
+moe_build 120 "$DIR/build_tests.log" tiny qwen3-30b-a3b
+moe_build 100 "$DIR/build_235b.log" --tables auto,auto_ns0 --no-extras qwen3-235b-a22b
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 layer_ab_rounds "$DIR" "$ROUNDS" 170 120 --variants auto_ns0,auto --tokens "$TOKENS"
-limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 60 ] && limit=60
-[ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"
+moe_sanitizers_left "$DIR" 60

@@ -19,25 +19,11 @@ mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
-timeout 120 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
-echo "test build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_tests.log"
-timeout 100 python3 profiling/moe_prebuild.py --jobs 16 --tables auto,auto_ns0 --no-extras --tiles "$DOWN16" qwen3-235b-a22b \
-  > "$DIR/build_235b.log" 2>&1
-echo "235B build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_235b.log"
+moe_build 120 "$DIR/build_tests.log" tiny qwen3-30b-a3b
+moe_build 100 "$DIR/build_235b.log" --tables auto,auto_ns0 --no-extras --tiles "$DOWN16" qwen3-235b-a22b
 prebuild_engine_test_models 100 "$DIR/build_engine.log"; echo "engine build (${SECONDS}s)"; tail -1 "$DIR/build_engine.log"
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 gpu_tests 150 "$DIR/engine_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py \
   tests/rl/test_engine_kernels.py
-arms=("auto,auto_ns0,auto:down0" "auto:down0,auto_ns0,auto")
-for round in 1 2; do
-  [ "$(left)" -lt 150 ] && break
-  timeout 170 python3 profiling/bench_moe_gemm.py --variants "${arms[$((round - 1))]}" --down-tiles "$DOWN16" \
-    --tokens "$TOKENS" --reps 10 --out "$DIR/layer_ab_$round.json" > "$DIR/layer_ab_$round.log" 2>&1
-  echo "layer A/B $round (${arms[$((round - 1))]}) exit $? (${SECONDS}s)"
-  python3 -c 'import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    print(r["shape"][6:9], r["tokens"], " ".join("%s=%.4f" % (k, x["nvfp4_ms"]) for k, x in sorted(r["variants"].items())))' \
-    "$DIR/layer_ab_$round.json"
-done
-limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 60 ] && limit=60
-[ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"
+layer_ab_swapped "$DIR" 170 150 auto,auto_ns0,auto:down0 --down-tiles "$DOWN16" --tokens "$TOKENS"
+moe_sanitizers_left "$DIR" 60

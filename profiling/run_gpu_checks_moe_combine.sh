@@ -16,15 +16,11 @@ mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
-timeout 120 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
-echo "test build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_tests.log"
-timeout 90 python3 profiling/moe_prebuild.py --jobs 16 --no-extras --tables auto,auto_cb qwen3-30b-a3b \
-  qwen3-235b-a22b > "$DIR/build_tables.log" 2>&1
-echo "table build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_tables.log"
+moe_build 120 "$DIR/build_tests.log" tiny qwen3-30b-a3b
+moe_build 90 "$DIR/build_tables.log" --no-extras --tables auto,auto_cb qwen3-30b-a3b qwen3-235b-a22b
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 layer_ab_rounds "$DIR" "$ROUNDS" 60 150 --variants auto,auto_cb --tokens 1,8,32,64,128,256,512
 TRACE_KERNELS_MOE_VARIANT=auto_cb prebuild_engine_test_models 60 "$DIR/build_engine.log"; echo "engine build (${SECONDS}s)"
 TRACE_KERNELS_MOE_VARIANT=auto_cb gpu_tests $(( $(left) - 70 )) "$DIR/engine_tests.log" tests/rl/test_engine_gpu.py \
   tests/rl/test_guidance_capture.py tests/rl/test_engine_kernels.py
-limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 40 ] && limit=40
-[ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"
+moe_sanitizers_left "$DIR" 40

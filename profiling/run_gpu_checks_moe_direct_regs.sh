@@ -17,13 +17,11 @@ source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
 source profiling/moe_direct_regs_tiles.sh
-timeout 150 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
-echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
+moe_build 150 "$DIR/build_tests.log" tiny qwen3-30b-a3b
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 sweep_bands "$DIR" direct_regs qwen3-30b-a3b "${BANDS_30B[@]}"
 sweep_bands "$DIR" direct_regs qwen3-235b-a22b "${BANDS_235B[@]}"
 n8=$(tr ';' '\n' <<< "$DIRECT8" | wc -l); n16=$(tr ';' '\n' <<< "$DIRECT16" | wc -l)
 arms=auto; for j in $(seq 0 $((n8 + n16 - 1))); do arms="$arms,auto:down$j"; done
 layer_ab_rounds "$DIR" "$ROUNDS" 100 120 --variants "$arms" --down-tiles "$DIRECT8;$DIRECT16" --tokens 8,32,64,128,192
-limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 60 ] && limit=60
-[ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"
+moe_sanitizers_left "$DIR" 60

@@ -15,22 +15,8 @@ mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
-timeout 120 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
-echo "test build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_tests.log"
-timeout 100 python3 profiling/moe_prebuild.py --jobs 16 --tables auto,auto_w64 --no-extras qwen3-235b-a22b \
-  > "$DIR/build_235b.log" 2>&1
-echo "235B build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_235b.log"
+moe_build 120 "$DIR/build_tests.log" tiny qwen3-30b-a3b
+moe_build 100 "$DIR/build_235b.log" --tables auto,auto_w64 --no-extras qwen3-235b-a22b
 gpu_tests 120 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-arms=("auto,auto_w64" "auto_w64,auto")
-for round in 1 2; do
-  [ "$(left)" -lt 120 ] && break
-  timeout 120 python3 profiling/bench_moe_gemm.py --variants "${arms[$((round - 1))]}" --tokens "$TOKENS" --reps 10 \
-    --out "$DIR/layer_ab_$round.json" > "$DIR/layer_ab_$round.log" 2>&1
-  echo "layer A/B $round (${arms[$((round - 1))]}) exit $? (${SECONDS}s)"
-  python3 -c 'import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    print(r["shape"][6:9], r["tokens"], " ".join("%s=%.4f/%.4f/%.4f" % (k, x["nvfp4_ms"], x["nvfp4_gate_up_fused_ms"],
-          x["nvfp4_down_ms"]) for k, x in sorted(r["variants"].items())))' "$DIR/layer_ab_$round.json"
-done
-limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 50 ] && limit=50
-[ "$limit" -gt 15 ] && moe_sanitizers "$DIR" "$limit"
+layer_ab_swapped "$DIR" 120 120 auto,auto_w64 --tokens "$TOKENS"
+moe_sanitizers_left "$DIR" 50
