@@ -16,7 +16,7 @@ which lets the flash backend run it), and the copy roofline = bytes / the fastes
 device copies measured here (graph memcpy node, eager memcpy, elementwise kernel).
 Bytes = K and V pages read once (+ q and out). Time = median of CUDA-graph replays rotating over
 cache sets (working set >= 4x L2). Also: kv_append bandwidth, extend (prefill) over NVFP4 pages vs
-SDPA, and the max batch at 128K on a 141 GB card.
+SDPA, and the max batch at 128K on a 141 GB card. --extend-only: kv_gather's bandwidth and extend alone.
 """
 
 from __future__ import annotations
@@ -213,15 +213,47 @@ def print_append(rows: list[dict]) -> None:
               f"{r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s ({r['fraction_of_copy']:.0%} of copy)")
 
 
+GATHER_CASES = ((4, 8192), (8, 32768), (32, 32768))  # (B, L) of the kv_gather bandwidth rows
+GATHER_ITEMS = (1, 2, 4)  # kv_gather's 16-element blocks per thread (codegen.ops.kv_gather.ITEM_CHOICES)
+EXTEND_CASES = ((4, 8192, 1024), (2, 32768, 1024))  # (B, context, new tokens)
+
+
+def bench_gather(batch: int, length: int, l2: int, items: int) -> dict:
+    """kv_gather of every position (BF16 out): NVFP4 K and V pages read once, BF16 K and V written."""
+    from trace_kernels.kv_gather import kv_gather
+    per_set = 2 * batch * length * HKV * token_head_bytes("nvfp4")
+    written = 2 * batch * length * HKV * D * 2
+    sets = variants_for(per_set + written, l2, 4)
+    g = torch.Generator().manual_seed(batch * 5 + length)
+    data = [make_set("nvfp4", batch, length, g) for _ in range(sets)]
+    fn = lambda i: kv_gather(data[i]["k"], data[i]["v"], data[i]["table"], data[i]["lengths"],  # noqa: E731
+                             check_values=False, items=items)
+    ms = time_graph(fn, sets)
+    del data
+    torch.cuda.empty_cache()
+    moved = per_set + written
+    return {"batch": batch, "length": length, "items": items, "ms": ms, "bytes": moved,
+            "tb_per_s": moved / (ms * 1e-3) / 1e12}
+
+
 def bench_extend(batch: int, context: int, new: int) -> dict:
-    """Prefill of `new` tokens at the end of `context`: extend_attention over NVFP4 pages vs SDPA over a
-    contiguous BF16 cache with the same mask (both timed eagerly, as a caller runs them)."""
+    """Prefill of `new` tokens at the end of `context`: extend_attention over NVFP4 pages (kv_gather, and the
+    torch gather it replaced: kv_gather_reference run with torch ops on the GPU) vs SDPA over a contiguous BF16
+    cache with the same mask (all timed eagerly, as a caller runs them)."""
+    from trace_kernels import kv_gather as kv_gather_module
     g = torch.Generator().manual_seed(1)
     s = make_set("nvfp4", batch, context, g)
     q = torch.randn(batch, new, HQ, D, dtype=torch.bfloat16, device="cuda")
     ext = lambda i: attention.extend_attention(q, s["k"], s["v"], s["table"], s["lengths"],  # noqa: E731
                                                check_values=False)
-    ms_ext = time_eager(ext, 1, replays=10)  # eager: the reference gather builds small tensors on the host
+    ms_ext = time_eager(ext, 1, replays=10)
+    gather = attention.kv_gather
+    attention.kv_gather = lambda k, v, t, n, dtype, check_values: kv_gather_module.kv_gather_reference(  # noqa: E731
+        k, v, t, n, t.shape[1] * P, dtype)
+    try:
+        ms_torch = time_eager(ext, 1, replays=10)
+    finally:
+        attention.kv_gather = gather
     k = torch.randn(batch, HKV, context, D, dtype=torch.bfloat16, device="cuda")
     v = torch.randn_like(k)
     qt = q.transpose(1, 2).contiguous()
@@ -229,8 +261,21 @@ def bench_extend(batch: int, context: int, new: int) -> dict:
     mask = (pos[None, :] <= (context - new + torch.arange(new, device="cuda"))[:, None])[None, None]
     sdpa = lambda i: F.scaled_dot_product_attention(qt, k, v, attn_mask=mask, enable_gqa=True)  # noqa: E731
     ms_sdpa = time_eager(sdpa, 1, replays=10)
+    del s, k, v
+    torch.cuda.empty_cache()
     return {"batch": batch, "context": context, "new_tokens": new, "extend_nvfp4_ms": ms_ext,
-            "sdpa_bf16_contiguous_masked_ms": ms_sdpa, "ratio": ms_ext / ms_sdpa}
+            "extend_nvfp4_torch_gather_ms": ms_torch, "sdpa_bf16_contiguous_masked_ms": ms_sdpa,
+            "ratio": ms_ext / ms_sdpa, "ratio_torch_gather": ms_torch / ms_sdpa}
+
+
+def print_gather(gather: list[dict], extend: list[dict]) -> None:
+    for r in gather:
+        print(f"kv_gather B={r['batch']} L={r['length']} items={r['items']}: {r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s "
+              f"({r['fraction_of_copy']:.0%} of copy)")
+    for e in extend:
+        print(f"extend {e['batch']} x {e['new_tokens']} new @ {e['context']}: NVFP4 pages {e['extend_nvfp4_ms']:.2f} ms "
+              f"(torch gather {e['extend_nvfp4_torch_gather_ms']:.2f}) vs SDPA BF16 "
+              f"{e['sdpa_bf16_contiguous_masked_ms']:.2f} ms ({e['ratio']:.2f}x; torch gather {e['ratio_torch_gather']:.2f}x)")
 
 
 def max_batch(length: int) -> dict:
@@ -351,6 +396,8 @@ def main() -> None:
                         help="comma list of slot patterns for --append-only: random (decode), contiguous (prefill)")
     parser.add_argument("--append-variants", default=",".join(APPEND_VARIANTS),
                         help="comma list of NVFP4 kv_append variants (kv_append.py: b1, b2, b4, + p, + _cta128, ...)")
+    parser.add_argument("--extend-only", action="store_true",
+                        help="only kv_gather (GATHER_CASES x GATHER_ITEMS) and extend_attention (EXTEND_CASES)")
     parser.add_argument("--build-only", type=int, default=0, metavar="JOBS",
                         help="only build the kernels (JOBS parallel nvcc) and exit; no GPU needed")
     args = parser.parse_args()
@@ -384,6 +431,17 @@ def main() -> None:
               "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
               "kv_append": append, "scatter_writes": scatter}, args.out)
         print_append(append)
+        return
+    if args.extend_only:
+        gather = [bench_gather(b, n, l2, items) for b, n in GATHER_CASES for items in GATHER_ITEMS]
+        for r in gather:
+            r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
+        extend = [bench_extend(*case) for case in EXTEND_CASES]
+        save({"gpu": props.name, "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
+              "command": f"python profiling/bench_attention.py --extend-only --out {args.out}",
+              "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
+              "kv_gather": gather, "extend": extend}, args.out)
+        print_gather(gather, extend)
         return
     fill_batch = int(args.fill_gb * GB // (2 * 131072 * HKV * token_head_bytes("nvfp4")))
     cases = list(CASES[:2] if args.quick else CASES) + ([] if args.decode_only else [(fill_batch, 131072)])
@@ -434,7 +492,7 @@ def main() -> None:
         return
 
     append = bench_append_variants(l2, copy_bw)
-    extend = bench_extend(4, 8192, 1024)
+    extend = [bench_extend(*case) for case in EXTEND_CASES]
     result.update({"kv_append": append, "extend": extend, "max_batch_128k": max_batch(131072)})
     save(result, args.out)
 
@@ -452,8 +510,7 @@ def main() -> None:
               f"{f(s, 'ms', '8.3f')} {f(s, 'tb_per_s', '5.2f')}")
     print_decode_table(rows, [(key("nvfp4", v),) for v in nvfp4_variants if v not in ("simt", "mma")])
     print_append(append)
-    print(f"extend 4 x 1024 new @ 8K: NVFP4 pages {extend['extend_nvfp4_ms']:.2f} ms vs SDPA BF16 "
-          f"{extend['sdpa_bf16_contiguous_masked_ms']:.2f} ms ({extend['ratio']:.2f}x)")
+    print_gather([], extend)
     mb = result["max_batch_128k"]
     print(f"max batch @128K on 141 GB, one layer: NVFP4 {mb['nvfp4']['max_batch_one_layer']} vs BF16 "
           f"{mb['bf16']['max_batch_one_layer']} ({mb['ratio']:.2f}x); {LAYERS_30B} layers, cache only: "

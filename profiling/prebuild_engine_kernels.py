@@ -1,7 +1,7 @@
 """Compile the kernels the rollout engine launches for some shapes and token counts, in parallel.
 
 Per shape: the MoE GEMM tiles those token counts pick (tile_for_rows, both GEMMs), the combine,
-quantize, refit and paged-KV kernels, and the trainer's guided fake-quant. Prints one line per kernel (ok / FAILED) and a total, so the
+quantize, refit and paged-KV kernels (append, gather, decode), and the trainer's guided fake-quant. Prints one line per kernel (ok / FAILED) and a total, so the
 GPU scripts' tests and benchmarks do not compile kernels one at a time.
 Usage: prebuild_engine_kernels.py SHAPE:TOKENS[,TOKENS...] ...  (SHAPE as trace_kernels.shapes.resolve
 takes it; TOKENS are tokens per MoE call)
@@ -11,7 +11,7 @@ import sys
 import time
 
 from trace_kernels import jit, shapes
-from trace_kernels.codegen.ops import decode_attention, guided_fake_quantize, gumbel_sample, kv_append
+from trace_kernels.codegen.ops import decode_attention, guided_fake_quantize, gumbel_sample, kv_append, kv_gather
 from trace_kernels.codegen.ops import moe_gemm as mg
 from trace_kernels.codegen.ops import quantize, refit_weights
 
@@ -26,7 +26,8 @@ def specs_for(shape_name: str, tokens: list[int]) -> list:
     specs += [mg.combine_spec(shape), *quantize.specs_for_shape(shape), *refit_weights.specs_for_shape(shape),
               *guided_fake_quantize.specs_for_shape(shape), *gumbel_sample.specs_for_shape(shape)]
     try:
-        specs += [*kv_append.specs_for_shape(shape), *decode_attention.specs_for_shape(shape)]
+        specs += [*kv_append.specs_for_shape(shape), *kv_gather.specs_for_shape(shape),
+                  *decode_attention.specs_for_shape(shape)]
     except Exception as e:  # a shape the paged-KV kernels do not cover: build the rest
         print("no paged-KV kernel specs:", e)
     return specs

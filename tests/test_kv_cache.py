@@ -5,6 +5,7 @@ import torch
 
 from trace_kernels import attention, kv_cache, kv_codes, kv_testing, nvfp4
 from trace_kernels.kv_append import kv_append
+from trace_kernels.kv_gather import kv_gather
 
 
 def _bytes(t):
@@ -173,7 +174,7 @@ def test_append_rejects_bad_slots_and_inputs():
 
 def test_kernel_names_and_shapes():
     from trace_kernels import shapes
-    from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen
+    from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen, kv_gather as gather_codegen
     assert decode_attention.spec("nvfp4", 32, 4, 128, 16).name == "decode_attention_nvfp4_hq32_hkv4_d128_p16_sm90a"
     assert kv_codegen.spec("nvfp4", 4, 128).name == "kv_append_nvfp4_hkv4_d128_sm90a"
     assert kv_codegen.spec("nvfp4", 4, 128, "b2").launch["rows_per_cta"] == 2 * kv_codegen.spec("nvfp4", 4, 128).launch[
@@ -291,13 +292,13 @@ def test_mma4_configurations():
 def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen
+    from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen, kv_gather as gather_codegen
     from trace_kernels.jit import compiler
     nvcc = compiler.find_nvcc()
     specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16), decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2"),
              decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3"),
              decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4"),
-             kv_codegen.spec("nvfp4", 4, 128)]
+             kv_codegen.spec("nvfp4", 4, 128), gather_codegen.spec("bf16", 4, 128)]
 
     def build(spec):
         src = tmp_path / f"{spec.name}.cu"
@@ -337,3 +338,44 @@ def test_split_plan_covers_every_tile(batch, tokens):
     tiles = -(-tokens // 64)
     assert 1 <= splits <= tiles and (splits - 1) * per_split < tiles <= splits * per_split
     assert attention.plan_splits(batch, 4, tokens, 64, 396, num_splits=3)[0] == min(3, -(-tiles // -(-tiles // 3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("cache_format", ["nvfp4", "bf16"])
+def test_kv_gather_reference_is_nvfp4_dequantize_per_sequence(cache_format, dtype):
+    case = kv_testing.make_case([5, 37, 16], 8, 2, 64, 16, cache_format, seed=11)
+    positions = case.block_table.shape[1] * 16
+    keys, values = kv_gather(case.k_cache, case.v_cache, case.block_table, case.lengths, dtype=dtype)
+    assert keys.shape == values.shape == (3, positions, 2, 64) and keys.dtype == dtype
+    for b, n in enumerate(case.lengths.tolist()):
+        for got, rows in ((keys, case.k[b]), (values, case.v[b])):
+            want = nvfp4.dequantize(nvfp4.quantize(rows)).to(dtype) if cache_format == "nvfp4" else rows.to(dtype)
+            assert torch.equal(got[b, :n].view(torch.uint8), want.view(torch.uint8))  # -0.0 included
+            assert not got[b, n:].view(torch.uint8).any()  # past the length: +0, pages not read
+    short = kv_gather(case.k_cache, case.v_cache, case.block_table, case.lengths, positions=20, dtype=dtype)[1]
+    assert torch.equal(short, values[:, :20])
+
+
+def test_kv_gather_rejects_bad_input():
+    c = kv_testing.make_case([5, 37], 8, 2, 64, 16, "nvfp4", seed=12)
+    capacity = c.block_table.shape[1] * 16
+    with pytest.raises(TypeError, match="dtype"):
+        kv_gather(c.k_cache, c.v_cache, c.block_table, c.lengths, dtype=torch.float64)
+    for positions in (0, capacity + 1, 3.0):
+        with pytest.raises(ValueError, match="positions"):
+            kv_gather(c.k_cache, c.v_cache, c.block_table, c.lengths, positions=positions)
+    with pytest.raises(ValueError, match="lengths"):
+        kv_gather(c.k_cache, c.v_cache, c.block_table, c.lengths * 100)
+    with pytest.raises(TypeError, match="int32"):
+        kv_gather(c.k_cache, c.v_cache, c.block_table.long(), c.lengths)
+    with pytest.raises(ValueError, match="items"):
+        kv_gather(c.k_cache, c.v_cache, c.block_table, c.lengths, items=3)
+
+
+def test_kv_gather_op_traces_with_fake_tensors():
+    c = kv_testing.make_case([20, 5], 8, 2, 64, 16, "nvfp4", seed=13)
+    args = (c.k_cache.codes, c.k_cache.block_scales, c.k_cache.scale, c.v_cache.codes, c.v_cache.block_scales,
+            c.v_cache.scale, c.block_table, c.lengths, 32, torch.bfloat16, 2)
+    from trace_kernels import kv_gather as kv_gather_module
+    result = torch.library.opcheck(kv_gather_module.kv_gather_nvfp4_op, args, test_utils=("test_faketensor",))
+    assert set(result.values()) == {"SUCCESS"}

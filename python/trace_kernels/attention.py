@@ -7,7 +7,7 @@ decode_attention: one new token per sequence; GPU = split-KV flash-decoding kern
 (cuda/include/trace_kernels/attention_decode.cuh) + a combine; CPU = the reference, which
 dequantizes the pages in FP32 (value(code) * b * s), runs FP32 softmax attention and rounds to BF16.
 extend_attention (prefill / extend): gathers and dequantizes the same pages in FP32 - the values
-the decode kernel computes with - and calls torch's scaled_dot_product_attention.
+the decode kernel computes with - (kv_gather) and calls torch's scaled_dot_product_attention.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from trace_kernels import kv_cache, nvtx
+from trace_kernels.kv_gather import kv_gather
 
 
 # ----------------------------------------------------------------------------------------------
@@ -86,7 +87,7 @@ def extend_attention(q, k_cache, v_cache, block_table, lengths, query_positions:
     new tokens must already be in the cache (kv_append first), so prefill and decode read the same
     bytes. K/V are dequantized in FP32 exactly as the decode kernel's values, then cast to q's
     dtype for SDPA (BF16 q: one BF16 rounding of each dequantized value, relative error <= 2^-9;
-    pass FP32 q for no rounding at all).
+    pass FP32 q for no rounding at all): kv_gather, one kernel launch for NVFP4 pages on the GPU.
     """
     geom = validate(q, k_cache, v_cache, block_table, lengths, check_values=check_values, q_rank=4)
     b, tq, hq, d = q.shape
@@ -94,7 +95,8 @@ def extend_attention(q, k_cache, v_cache, block_table, lengths, query_positions:
         query_positions = lengths.long()[:, None] - tq + torch.arange(tq, device=q.device)[None, :]
     if tuple(query_positions.shape) != (b, tq):
         raise ValueError(f"query_positions must be [B, Tq] = [{b}, {tq}], got {tuple(query_positions.shape)}")
-    keys, values = gather_kv(k_cache, v_cache, block_table, lengths, dtype=q.dtype)  # [B, S, Hkv, D]
+    # [B, S, Hkv, D] each
+    keys, values = kv_gather(k_cache, v_cache, block_table, lengths, dtype=q.dtype, check_values=False)
     pos = torch.arange(keys.shape[1], device=q.device)
     allowed = ((pos[None, None, :] <= query_positions.long()[:, :, None])
                & (pos[None, None, :] < lengths.long()[:, None, None]))  # [B, Tq, S]

@@ -122,9 +122,12 @@ APPEND_SHAPES = ((2, 64), (4, 128), (8, 128))  # (Hkv, D)
 APPEND_VARIANTS = ("b2", "b4", "b2_cta128", "b2_cta128_mb12")  # NVFP4 variants the GPU tests launch (+ b1)
 
 
+GATHER_SHAPES = ((2, 64), (4, 128), (8, 128))  # (Hkv, D) of the kv_gather GPU tests (4, 128: the benchmark's)
+
+
 def kernel_specs() -> list:
     """Every KV kernel the GPU tests and the attention benchmark launch (to build them in parallel)."""
-    from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen
+    from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen, kv_gather as gather_codegen
     specs = []
     for hq, hkv, d, p in TEST_SHAPES:
         specs += [decode_attention.spec("nvfp4", hq, hkv, d, p), decode_attention.spec("nvfp4", hq, hkv, d, p, "mma"),
@@ -135,6 +138,8 @@ def kernel_specs() -> list:
     specs += [kv_codegen.spec(f, hkv, d) for f in ("nvfp4", "bf16") for hkv, d in APPEND_SHAPES]
     specs += [kv_codegen.spec("nvfp4", hkv, d, v) for hkv, d in APPEND_SHAPES for v in APPEND_VARIANTS
               if (d // 16) % kv_codegen.VARIANTS[v.split("_")[0]] == 0]  # whole blocks per thread
+    specs += [gather_codegen.spec(t, hkv, d, items) for hkv, d in GATHER_SHAPES for t in gather_codegen.OUT_DTYPES
+              for items in gather_codegen.ITEM_CHOICES]
     return list({s.name: s for s in specs}.values())
 
 

@@ -1,4 +1,4 @@
-"""kv_append and decode_attention kernels on the GPU vs the references, outputs poisoned (H200)."""
+"""kv_append, decode_attention and kv_gather kernels on the GPU vs the references, outputs poisoned (H200)."""
 
 import functools
 
@@ -8,6 +8,7 @@ import torch
 from trace_kernels import attention, kv_cache, kv_codes, kv_testing, nvfp4
 from trace_kernels.codegen.ops import decode_attention as decode_attention_codegen
 from trace_kernels.kv_append import kv_append, kv_append_reference
+from trace_kernels.kv_gather import kv_gather, kv_gather_reference
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -268,3 +269,82 @@ def test_decode_rejects_bad_input_on_gpu():
         attention.decode_attention(q.cpu(), k_dev, v_dev, table, lens)
     with pytest.raises(ValueError, match="contiguous"):
         attention.decode_attention(q.transpose(0, 1).contiguous().transpose(0, 1), k_dev, v_dev, table, lens)
+
+
+GATHER_CASES = [  # lengths, Hkv, D, P
+    ([1, 33, 250], 2, 64, 16),
+    ([700, 5], 4, 128, 64),
+    ([20000, 7, 3333], 4, 128, 16),  # long, and a table much wider than two of its sequences
+    ([17, 64], 8, 128, 16),
+]
+
+
+@pytest.mark.parametrize("items", [1, 2, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("lengths,hkv,d,p", GATHER_CASES, ids=["short", "p64", "long", "hkv8"])
+def test_kv_gather_bit_exact(lengths, hkv, d, p, dtype, items):
+    case = kv_testing.make_case(lengths, 8, hkv, d, p, "nvfp4", seed=sum(lengths) + d + hkv, fill=False)
+    k = _special_rows(case.k_all)  # zero rows and blocks, E4M3-subnormal block scales, a tiny row
+    kv_append_reference(k, case.v_all, case.slot_mapping, case.k_cache, case.v_cache)
+    want = kv_gather_reference(case.k_cache, case.v_cache, case.block_table, case.lengths,
+                               case.block_table.shape[1] * p, dtype)  # CPU; unused table entries never read
+    k_dev, v_dev = kv_testing.pages_to(case.k_cache, DEV), kv_testing.pages_to(case.v_cache, DEV)
+    got = kv_gather(k_dev, v_dev, case.block_table.to(DEV), case.lengths.to(DEV), dtype=dtype, items=items)
+    torch.cuda.synchronize()
+    for g, w in zip(got, want):
+        assert g.dtype == dtype and g.shape == w.shape
+        assert torch.equal(_bytes(g).cpu(), _bytes(w))  # poisoned outputs: every byte written, zeros past the end
+
+
+def test_kv_gather_part_of_the_table_and_engine_style_lengths():
+    case = kv_testing.make_case([100, 37], 8, 4, 128, 16, "nvfp4", seed=21, extra_table_pages=0)
+    k_dev, v_dev = kv_testing.pages_to(case.k_cache, DEV), kv_testing.pages_to(case.v_cache, DEV)
+    table = case.block_table.clone()
+    table[table == kv_testing.UNUSED_PAGE] = 0  # the engine pads with its scratch page 0 and reads it all
+    full = torch.full_like(case.lengths, table.shape[1] * 16)
+    for lengths, positions in ((case.lengths, 50), (full, None)):
+        want = kv_gather_reference(case.k_cache, case.v_cache, table, lengths, positions or table.shape[1] * 16)
+        got = kv_gather(k_dev, v_dev, table.to(DEV), lengths.to(DEV), positions)
+        for g, w in zip(got, want):
+            assert torch.equal(_bytes(g).cpu(), _bytes(w))
+
+
+def test_kv_gather_cuda_graph():
+    case = kv_testing.make_case([300, 9], 8, 4, 128, 16, "nvfp4", seed=22)
+    k_dev, v_dev = kv_testing.pages_to(case.k_cache, DEV), kv_testing.pages_to(case.v_cache, DEV)
+    table, lens = case.block_table.to(DEV), case.lengths.to(DEV)
+    ref = kv_gather(k_dev, v_dev, table, lens)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = kv_gather(k_dev, v_dev, table, lens, check_values=False)
+    for t in out:
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(_bytes(o), _bytes(r)) for o, r in zip(out, ref))
+
+
+def test_kv_gather_rejects_bad_input_on_gpu():
+    case, k_dev, v_dev = _decode_case("nvfp4", [30, 40], 8, 2, 64, 16)
+    table, lens = case.block_table.to(DEV), case.lengths.to(DEV)
+    with pytest.raises(ValueError, match="is on"):
+        kv_gather(k_dev, v_dev, table.cpu(), lens)
+    with pytest.raises(ValueError, match="lengths"):
+        kv_gather(k_dev, v_dev, table, lens * 100)
+    odd = kv_cache.NVFP4Pages(k_dev.codes.transpose(0, 1).contiguous().transpose(0, 1), k_dev.block_scales,
+                              k_dev.scale)
+    with pytest.raises(ValueError, match="contiguous"):
+        kv_gather(odd, v_dev, table, lens)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_extend_attention_on_gathered_pages_equals_reference_gather(monkeypatch, dtype):
+    case, k_dev, v_dev = _decode_case("nvfp4", [300, 1, 65, 1000], 32, 4, 128, 16)
+    table, lens = case.block_table.to(DEV), case.lengths.to(DEV)
+    q = torch.randn(4, 5, 32, 128, generator=torch.Generator().manual_seed(23)).to(DEV, dtype)
+    out = attention.extend_attention(q, k_dev, v_dev, table, lens)
+    # the same SDPA over the reference gather (torch ops on the GPU): only masked positions differ
+    monkeypatch.setattr(attention, "kv_gather", lambda k, v, t, n, dtype, check_values: kv_gather_reference(
+        k, v, t, n, t.shape[1] * 16, dtype))
+    ref = attention.extend_attention(q, k_dev, v_dev, table, lens)
+    assert torch.equal(out, ref)

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "trace_kernels/kv_codes.cuh"
+#include "trace_kernels/kv_pages.cuh"
 #include "trace_kernels/nvfp4.cuh"
 #include "trace_kernels/quantize_epilogue.cuh"
 #include "trace_kernels/status.cuh"
@@ -34,13 +35,6 @@ struct KvAppendNvfp4Config {
   static_assert(kThreadsPerRow <= 32 && (kThreadsPerRow & (kThreadsPerRow - 1)) == 0,
                 "D / 16 must be a power of two <= 32 (row group inside one warp)");
   static_assert(CTA % 32 == 0 && CTA % kThreadsPerRow == 0 && CTA <= 1024, "CTA must hold whole warps");
-};
-
-// Where one page tensor set of K or V lives (codes [slots, Hkv, D/2], ...; slots = pages * P).
-struct Nvfp4PagePtrs {
-  uint8_t* codes;         // [slots, Hkv, D/2]
-  uint8_t* block_scales;  // [slots, Hkv, D/16] e4m3
-  float* scale;           // [slots, Hkv]
 };
 
 struct GuidancePtrs {  // all null: no guidance

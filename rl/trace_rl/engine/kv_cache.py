@@ -107,13 +107,18 @@ class PagedAttention:
     q_row, q_col int64 [N]: where each flat token sits in the query batch; slots int64 [N]: its
     cache slot; block_tables int64 [B, nblk] (padded with the scratch page 0); query_pos int64
     [B, Tq]: absolute position of each query (0 for padding). A query at position t attends to
-    keys at positions 0..t of its own sequence.
+    keys at positions 0..t of its own sequence. gather_kernel: NVFP4 pages on a CUDA device are
+    dequantized by trace_kernels.kv_gather (one launch per layer, the same bits as ``KVPages.gather``).
     """
 
-    def __init__(self, cache: PagedKVCache, slots, q_row, q_col, block_tables, query_pos):
+    def __init__(self, cache: PagedKVCache, slots, q_row, q_col, block_tables, query_pos, gather_kernel: bool = False):
         self.cache, self.slots, self.q_row, self.q_col = cache, slots, q_row, q_col
         P = cache.block_size
         B, nblk = block_tables.shape
+        self.gather_kernel = gather_kernel and cache.quantized and block_tables.device.type == "cuda"
+        if self.gather_kernel:  # every position of every table page (padding: the scratch page 0), as slot_table
+            self.block_table = block_tables.to(torch.int32)  # [B, nblk]
+            self.all_positions = torch.full((B,), nblk * P, dtype=torch.int32, device=block_tables.device)
         offs = torch.arange(P, device=block_tables.device)
         self.slot_table = (block_tables[:, :, None] * P + offs).reshape(B, nblk * P)  # [B, S]
         key_pos = torch.arange(nblk * P, device=block_tables.device)
@@ -124,8 +129,13 @@ class PagedAttention:
         if not self.cache.quantized:  # nvfp4 pages were written by the K/V quantizer
             self.cache.k[layer].write(self.slots, k)
             self.cache.v[layer].write(self.slots, v)
-        keys = self.cache.k[layer].gather(self.slot_table)  # [B, S, Hkv, D]
-        values = self.cache.v[layer].gather(self.slot_table)
+        if self.gather_kernel:
+            from trace_kernels.kv_gather import kv_gather
+            keys, values = kv_gather(self.cache.k[layer], self.cache.v[layer], self.block_table, self.all_positions,
+                                     dtype=self.cache.k[layer].dtype, check_values=False)  # [B, S, Hkv, D]
+        else:
+            keys = self.cache.k[layer].gather(self.slot_table)  # [B, S, Hkv, D]
+            values = self.cache.v[layer].gather(self.slot_table)
         q_pad = q.new_zeros(self.B, self.Tq, *q.shape[1:])  # [B, Tq, Hq, D]
         q_pad[self.q_row, self.q_col] = q
         out = masked_attention(q_pad.transpose(1, 2), keys.transpose(1, 2).to(q.dtype),

@@ -160,7 +160,8 @@ class ModelRunner:
             backend = KernelDecodeAttention(self.cache, ops, x.slots, x.block_tables, x.positions, index,
                                             quant if self.backend in KERNEL_BACKENDS else None)
         else:
-            backend = PagedAttention(self.cache, x.slots, x.q_row, x.q_col, x.block_tables, x.query_pos)
+            backend = PagedAttention(self.cache, x.slots, x.q_row, x.q_col, x.block_tables, x.query_pos,
+                                     gather_kernel=self.kv_kernels and self.backend == "kernels")
         hidden, topk = self.model.forward_tokens(x.token_ids, x.positions, backend, quant, index)
         arena = None if parts is None else parts.assemble()  # [N, bytes_per_token]
         return self.model.logits(hidden.index_select(0, x.last)), topk, arena
