@@ -8,6 +8,7 @@
 #   (3) memcheck / racecheck on the kv_gather tests but the long case
 #   (4) bench_attention.py --extend-only, twice: kv_gather's bandwidth against the copy measured in the same run,
 #       extend_attention with kv_gather against the torch gather it replaced and SDPA over a contiguous BF16 cache
+#   (5) extend_breakdown.py: extend_attention against SDPA with the mask and layout variants in between
 # Usage (repo root; carry .whl and .tkcache, built here by kv_testing.kernel_specs and prebuild_engine_kernels.py):
 #   OUT=$OUT bash profiling/run_gpu_checks_kv_gather.sh -> $OUT/kv_gather.tar
 set -uo pipefail
@@ -30,6 +31,9 @@ for round in 1 2; do
     > "$DIR/bench_$round.log" 2>&1
   echo "bench $round exit $? (${SECONDS}s)"; grep -E "^kv_gather|^extend" "$DIR/bench_$round.log" | cut -c1-150
 done
+timeout 90 python3 profiling/extend_breakdown.py --out "$DIR/extend_breakdown.json" > "$DIR/extend_breakdown.log" 2>&1
+echo "breakdown exit $? (${SECONDS}s)"; grep -E " ms$" "$DIR/extend_breakdown.log"
+grep -A 16 "^extend_attention (3 calls)" "$DIR/extend_breakdown.log" | cut -c1-150
 limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 90 ] && limit=90
 sanitize memcheck "$limit" "$DIR/sanitizer_memcheck.log" python3 -m pytest -q -p no:cacheprovider \
   tests/gpu/test_kv_kernels.py -k "kv_gather and not long"

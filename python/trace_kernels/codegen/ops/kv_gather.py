@@ -15,7 +15,10 @@ from trace_kernels.shapes import ModelShape
 NAME = "kv_gather"
 TEMPLATE = "kv_gather.cu.jinja"
 CTA = 256
-ITEMS = 2  # 16-element blocks per thread, all loaded before any is stored (the default; names carry others)
+# 16-element blocks per thread, all loaded before any is stored (names carry the ones other than ITEMS). One:
+# in two same-run rounds on the H200 (profiling/results/kv_gather_h200.json) 82-86% of copy at 8-32 x 32K against
+# 74-76% for two and 72-75% for four (more CTAs in flight beat more loads per thread).
+ITEMS = 1
 ITEM_CHOICES = (1, 2, 4)
 OUT_DTYPES = ("bf16", "f16", "f32")
 
