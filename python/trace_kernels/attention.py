@@ -90,6 +90,8 @@ def extend_attention(q, k_cache, v_cache, block_table, lengths, query_positions:
     pass FP32 q for no rounding at all): kv_gather, one kernel launch for NVFP4 pages on the GPU.
     """
     geom = validate(q, k_cache, v_cache, block_table, lengths, check_values=check_values, q_rank=4)
+    if q.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"q must be bfloat16, float16 or float32 (the dtype K/V are gathered in), got {q.dtype}")
     b, tq, hq, d = q.shape
     if query_positions is None:
         query_positions = lengths.long()[:, None] - tq + torch.arange(tq, device=q.device)[None, :]
@@ -97,13 +99,15 @@ def extend_attention(q, k_cache, v_cache, block_table, lengths, query_positions:
         raise ValueError(f"query_positions must be [B, Tq] = [{b}, {tq}], got {tuple(query_positions.shape)}")
     # [B, S, Hkv, D] each
     keys, values = kv_gather(k_cache, v_cache, block_table, lengths, dtype=q.dtype, check_values=False)
+    # The last key each query sees: its own position, at most length - 1, at least 0 (a query before position 0,
+    # i.e. padding, keeps key 0 so its softmax stays finite).
+    last = torch.minimum(query_positions.long(), lengths.long()[:, None] - 1).clamp_(min=0)  # [B, Tq]
     pos = torch.arange(keys.shape[1], device=q.device)
-    allowed = ((pos[None, None, :] <= query_positions.long()[:, :, None])
-               & (pos[None, None, :] < lengths.long()[:, None, None]))  # [B, Tq, S]
-    allowed[:, :, 0] |= ~allowed.any(dim=-1)  # a query before position 0 (padding): keep softmax finite
+    # additive in q's dtype, built by one kernel: what SDPA would turn a boolean mask into with a second
+    mask = torch.where(pos[None, None, :] <= last[:, :, None], q.new_zeros(()), float("-inf"))  # [B, Tq, S]
     with nvtx.annotate("extend_attention"):
         out = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                             attn_mask=allowed[:, None], scale=_default_scale(softmax_scale, d),
+                                             attn_mask=mask[:, None], scale=_default_scale(softmax_scale, d),
                                              enable_gqa=hq != geom.kv_heads)
     return out.transpose(1, 2)
 
