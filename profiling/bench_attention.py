@@ -239,7 +239,9 @@ def bench_gather(batch: int, length: int, l2: int, items: int) -> dict:
 def bench_extend(batch: int, context: int, new: int) -> dict:
     """Prefill of `new` tokens at the end of `context`: extend_attention over NVFP4 pages (kv_gather, and the
     torch gather it replaced: kv_gather_reference run with torch ops on the GPU) vs SDPA over a contiguous BF16
-    cache with the same mask (all timed eagerly, as a caller runs them)."""
+    cache with the same mask, timed eagerly as a caller runs them (one call, then a sync: the Python work before
+    each launch counts), and, but for the torch gather (it builds small tensors on the host), as CUDA-graph
+    replays (the GPU's time alone)."""
     from trace_kernels import kv_gather as kv_gather_module
     g = torch.Generator().manual_seed(1)
     s = make_set("nvfp4", batch, context, g)
@@ -247,6 +249,7 @@ def bench_extend(batch: int, context: int, new: int) -> dict:
     ext = lambda i: attention.extend_attention(q, s["k"], s["v"], s["table"], s["lengths"],  # noqa: E731
                                                check_values=False)
     ms_ext = time_eager(ext, 1, replays=10)
+    ms_ext_graph = time_graph(ext, 1, replays=10)  # no host work between the launches
     gather = attention.kv_gather
     attention.kv_gather = lambda k, v, t, n, dtype, check_values: kv_gather_module.kv_gather_reference(  # noqa: E731
         k, v, t, n, t.shape[1] * P, dtype)
@@ -261,11 +264,14 @@ def bench_extend(batch: int, context: int, new: int) -> dict:
     mask = (pos[None, :] <= (context - new + torch.arange(new, device="cuda"))[:, None])[None, None]
     sdpa = lambda i: F.scaled_dot_product_attention(qt, k, v, attn_mask=mask, enable_gqa=True)  # noqa: E731
     ms_sdpa = time_eager(sdpa, 1, replays=10)
+    ms_sdpa_graph = time_graph(sdpa, 1, replays=10)
     del s, k, v
     torch.cuda.empty_cache()
     return {"batch": batch, "context": context, "new_tokens": new, "extend_nvfp4_ms": ms_ext,
             "extend_nvfp4_torch_gather_ms": ms_torch, "sdpa_bf16_contiguous_masked_ms": ms_sdpa,
-            "ratio": ms_ext / ms_sdpa, "ratio_torch_gather": ms_torch / ms_sdpa}
+            "ratio": ms_ext / ms_sdpa, "ratio_torch_gather": ms_torch / ms_sdpa,
+            "extend_nvfp4_graph_ms": ms_ext_graph, "sdpa_bf16_contiguous_masked_graph_ms": ms_sdpa_graph,
+            "ratio_graph": ms_ext_graph / ms_sdpa_graph}
 
 
 def print_gather(gather: list[dict], extend: list[dict]) -> None:
@@ -275,7 +281,9 @@ def print_gather(gather: list[dict], extend: list[dict]) -> None:
     for e in extend:
         print(f"extend {e['batch']} x {e['new_tokens']} new @ {e['context']}: NVFP4 pages {e['extend_nvfp4_ms']:.2f} ms "
               f"(torch gather {e['extend_nvfp4_torch_gather_ms']:.2f}) vs SDPA BF16 "
-              f"{e['sdpa_bf16_contiguous_masked_ms']:.2f} ms ({e['ratio']:.2f}x; torch gather {e['ratio_torch_gather']:.2f}x)")
+              f"{e['sdpa_bf16_contiguous_masked_ms']:.2f} ms ({e['ratio']:.2f}x; torch gather {e['ratio_torch_gather']:.2f}x); "
+              f"graph-replayed {e['extend_nvfp4_graph_ms']:.2f} vs {e['sdpa_bf16_contiguous_masked_graph_ms']:.2f} ms "
+              f"({e['ratio_graph']:.2f}x)")
 
 
 def max_batch(length: int) -> dict:
