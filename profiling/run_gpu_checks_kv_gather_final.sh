@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Issue 5, one H200 call after run_gpu_checks_kv_gather.sh (every step under `timeout`, BUDGET s):
+#   (0) the rollout engine's GPU tests (PagedAttention builds its slot table only without the kernel now)
 #   (1) bench_attention.py --extend-only, twice: kv_gather's bandwidth, and extend_attention against SDPA timed eagerly
 #       and as CUDA-graph replays (the GPU's time without the Python work between launches)
 #   (2) bench_rollout.py --quick, NVFP4 without capture: prefill attention on kv_gather (arm nvfp4:off:graphs) against
@@ -14,6 +15,7 @@ mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
+gpu_tests 90 "$DIR/engine_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_engine_kernels.py
 for round in 1 2; do
   timeout 90 python3 profiling/bench_attention.py --extend-only --out "$DIR/kv_gather_$round.json" \
     > "$DIR/bench_$round.log" 2>&1
