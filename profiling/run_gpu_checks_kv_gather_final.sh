@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5, one H200 call after run_gpu_checks_kv_gather.sh (every step under `timeout`, BUDGET s):
-#   (0) the rollout engine's GPU tests (PagedAttention builds its slot table only without the kernel now)
+#   (0) the rollout engine's GPU tests (with PagedAttention building its slot table only for the torch gather, reverted
+#       since: see profiling/results/kv_gather_final_h200_checks.log)
 #   (1) bench_attention.py --extend-only, twice: kv_gather's bandwidth, and extend_attention against SDPA timed eagerly
 #       and as CUDA-graph replays (the GPU's time without the Python work between launches)
 #   (2) bench_rollout.py --quick, NVFP4 without capture: prefill attention on kv_gather (arm nvfp4:off:graphs) against

@@ -119,9 +119,8 @@ class PagedAttention:
         if self.gather_kernel:  # every position of every table page (padding: the scratch page 0), as slot_table
             self.block_table = block_tables.to(torch.int32)  # [B, nblk]
             self.all_positions = torch.full((B,), nblk * P, dtype=torch.int32, device=block_tables.device)
-        else:
-            offs = torch.arange(P, device=block_tables.device)
-            self.slot_table = (block_tables[:, :, None] * P + offs).reshape(B, nblk * P)  # [B, S]
+        offs = torch.arange(P, device=block_tables.device)
+        self.slot_table = (block_tables[:, :, None] * P + offs).reshape(B, nblk * P)  # [B, S]
         key_pos = torch.arange(nblk * P, device=block_tables.device)
         self.allowed = key_pos[None, None, :] <= query_pos[:, :, None]  # [B, Tq, S]
         self.B, self.Tq = B, query_pos.shape[1]
