@@ -379,3 +379,18 @@ def test_kv_gather_op_traces_with_fake_tensors():
     from trace_kernels import kv_gather as kv_gather_module
     result = torch.library.opcheck(kv_gather_module.kv_gather_nvfp4_op, args, test_utils=("test_faketensor",))
     assert set(result.values()) == {"SUCCESS"}
+
+
+def test_extend_rejects_q_dtypes_it_cannot_gather_in():
+    c = kv_testing.make_case([20, 5], 8, 2, 64, 16, "nvfp4", seed=14)
+    q = torch.randn(2, 3, 8, 64, dtype=torch.float64)
+    with pytest.raises(TypeError, match="q must be bfloat16, float16 or float32"):
+        attention.extend_attention(q, c.k_cache, c.v_cache, c.block_table, c.lengths)
+
+
+def test_nvfp4_page_arg_is_the_page_pointers_by_value():
+    c = kv_testing.make_case([20], 8, 2, 64, 16, "nvfp4", seed=15)
+    ctype, value = kv_cache.nvfp4_page_arg(c.k_cache)
+    passed = ctype(value)  # what CudaKernel.launch hands the driver
+    assert (passed.codes, passed.block_scales, passed.scale) == (
+        c.k_cache.codes.data_ptr(), c.k_cache.block_scales.data_ptr(), c.k_cache.scale.data_ptr())

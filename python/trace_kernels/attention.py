@@ -195,7 +195,7 @@ def _resident_ctas(kernel, name: str, device: int, threads: int, smem: int = 0) 
 def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scale, num_splits, variant):
     from trace_kernels.codegen.ops import decode_attention as codegen
     from trace_kernels.ops._common import check_cuda_device, check_tensor, new_output
-    from trace_kernels.runtime import i32, kernel_for, ptr
+    from trace_kernels.runtime import i32, kernel_for, ptr, struct
     device = check_cuda_device(q)
     check_tensor(q, "q")
     for t, name in ((block_table, "block_table"), (lengths, "lengths")):
@@ -233,7 +233,7 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
                            _default_scale(softmax_scale, d) * math.log2(math.e))
     with nvtx.annotate("decode_attention"):
         kernel.launch(device, (ctas_per_split, splits, b), (spec.launch["threads"],),
-                      [((lambda s: s), params)], smem=smem)
+                      [struct(params)], smem=smem)
         if splits > 1:
             combine = codegen.combine_spec(d)
             kernel_for(combine).launch(device, (b * hq,), (combine.launch["threads"],),  # waits for the decode grid

@@ -115,16 +115,8 @@ def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool 
 DEFAULT_NVFP4_VARIANT = "b2_cta128"
 
 
-class _Nvfp4PagePtrs(ctypes.Structure):  # trace_kernels::Nvfp4PagePtrs
-    _fields_ = [("codes", ctypes.c_void_p), ("block_scales", ctypes.c_void_p), ("scale", ctypes.c_void_p)]
-
-
 class _GuidancePtrs(ctypes.Structure):  # trace_kernels::GuidancePtrs
     _fields_ = [("scale", ctypes.c_void_p), ("block_scales", ctypes.c_void_p), ("mantissa_bits", ctypes.c_void_p)]
-
-
-def _by_value(struct):
-    return (lambda s: s), struct
 
 
 def kernel_spec(nvfp4_pages: bool, kv_heads: int, head_dim: int, variant: str = ""):
@@ -139,7 +131,7 @@ def kernel_spec(nvfp4_pages: bool, kv_heads: int, head_dim: int, variant: str = 
 def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, guidance: bool,
             variant: str = "") -> KVGuidance | None:
     from trace_kernels.ops._common import check_cuda_device, new_output, status_buffer
-    from trace_kernels.runtime import i32, i64, kernel_for, ptr
+    from trace_kernels.runtime import i32, i64, kernel_for, ptr, struct
     device = check_cuda_device(k)
     tokens, hkv, d = k.shape
     guides = []
@@ -152,9 +144,8 @@ def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, g
         spec = kernel_spec(geom.nvfp4, hkv, d, variant)
         grid = (-(-tokens * hkv // spec.launch["rows_per_cta"]), 2)
         if geom.nvfp4:
-            pages = [_by_value(_Nvfp4PagePtrs(c.codes.data_ptr(), c.block_scales.data_ptr(), c.scale.data_ptr()))
-                     for c in (k_cache, v_cache)]
-            guide_ptrs = [_by_value(_GuidancePtrs(g.scale.data_ptr(), g.block_scales.data_ptr(), g.mantissa_bits.data_ptr())
+            pages = [kv_cache.nvfp4_page_arg(c) for c in (k_cache, v_cache)]
+            guide_ptrs = [struct(_GuidancePtrs(g.scale.data_ptr(), g.block_scales.data_ptr(), g.mantissa_bits.data_ptr())
                                     if guidance else _GuidancePtrs(0, 0, 0)) for g in (guides or [None, None])]
             args = [ptr(k), ptr(v), ptr(slot_mapping), *pages, *guide_ptrs, i32(tokens), i64(geom.num_slots),
                     ptr(status_buffer(device))]

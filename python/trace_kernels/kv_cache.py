@@ -18,6 +18,7 @@ object with these attributes (``codes/block_scales/scale`` or ``data``), so trac
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import torch
@@ -135,6 +136,16 @@ def cache_geometry(k_cache, v_cache) -> PageGeometry:
 
 def cache_device(k_cache) -> torch.device:
     return page_tensors(k_cache)[0].device
+
+
+class _Nvfp4PagePtrs(ctypes.Structure):  # trace_kernels::Nvfp4PagePtrs (kv_pages.cuh)
+    _fields_ = [("codes", ctypes.c_void_p), ("block_scales", ctypes.c_void_p), ("scale", ctypes.c_void_p)]
+
+
+def nvfp4_page_arg(pages):
+    """One NVFP4 page set as the kernels take it: an Nvfp4PagePtrs passed by value (a runtime kernel argument)."""
+    from trace_kernels.runtime.kernel import struct
+    return struct(_Nvfp4PagePtrs(pages.codes.data_ptr(), pages.block_scales.data_ptr(), pages.scale.data_ptr()))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -72,7 +72,6 @@ def kv_gather_reference(k_cache, v_cache, block_table, lengths, positions: int,
 def _launch(k_cache, v_cache, block_table, lengths, geom: kv_cache.PageGeometry, positions: int,
             dtype: torch.dtype, items: int) -> tuple[torch.Tensor, torch.Tensor]:
     from trace_kernels.codegen.ops import kv_gather as codegen
-    from trace_kernels.kv_append import _Nvfp4PagePtrs, _by_value
     from trace_kernels.ops._common import check_cuda_device, new_output
     from trace_kernels.runtime import i32, i64, kernel_for, ptr
     device = check_cuda_device(block_table)
@@ -82,9 +81,7 @@ def _launch(k_cache, v_cache, block_table, lengths, geom: kv_cache.PageGeometry,
     blocks = b * positions * geom.kv_heads * (geom.head_dim // 16)
     if blocks:
         spec = codegen.spec(dtype, geom.kv_heads, geom.head_dim, items)
-        pages = [_by_value(_Nvfp4PagePtrs(c.codes.data_ptr(), c.block_scales.data_ptr(), c.scale.data_ptr()))
-                 for c in (k_cache, v_cache)]
-        args = [*pages, ptr(block_table), ptr(lengths), i32(block_table.shape[1]), i32(geom.page_size),
+        args = [kv_cache.nvfp4_page_arg(k_cache), kv_cache.nvfp4_page_arg(v_cache), ptr(block_table), ptr(lengths), i32(block_table.shape[1]), i32(geom.page_size),
                 i32(positions), i64(blocks), ptr(keys), ptr(values)]
         grid = (-(-blocks // spec.launch["blocks_per_cta"]), 2)
         with nvtx.annotate("kv_gather"):
@@ -126,9 +123,7 @@ def kv_gather(k_cache, v_cache, block_table: torch.Tensor, lengths: torch.Tensor
     """
     from trace_kernels.codegen.ops import kv_gather as codegen
     geom, positions = validate(k_cache, v_cache, block_table, lengths, positions, dtype, check_values=check_values)
-    items = codegen.ITEMS if items is None else items
-    if items not in codegen.ITEM_CHOICES:
-        raise ValueError(f"kv_gather: items must be one of {codegen.ITEM_CHOICES}, got {items}")
+    items = codegen.check_items(codegen.ITEMS if items is None else items)
     if not geom.nvfp4:
         return kv_gather_reference(k_cache, v_cache, block_table, lengths, positions, dtype)
     return kv_gather_nvfp4_op(k_cache.codes, k_cache.block_scales, k_cache.scale, v_cache.codes, v_cache.block_scales,

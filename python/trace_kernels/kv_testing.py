@@ -122,7 +122,7 @@ APPEND_SHAPES = ((2, 64), (4, 128), (8, 128))  # (Hkv, D)
 APPEND_VARIANTS = ("b2", "b4", "b2_cta128", "b2_cta128_mb12")  # NVFP4 variants the GPU tests launch (+ b1)
 
 
-GATHER_SHAPES = ((2, 64), (4, 128), (8, 128))  # (Hkv, D) of the kv_gather GPU tests (4, 128: the benchmark's)
+GATHER_SHAPES = APPEND_SHAPES  # (Hkv, D) of the kv_gather GPU tests (4, 128: the benchmark's)
 
 
 def kernel_specs() -> list:

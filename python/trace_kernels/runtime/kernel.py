@@ -39,6 +39,11 @@ def f32(value: float) -> Arg:
     return ctypes.c_float, float(value)
 
 
+def struct(value: ctypes.Structure) -> Arg:
+    """A ctypes.Structure passed by value (its fields laid out as the kernel's C++ struct)."""
+    return (lambda s: s), value
+
+
 class CudaKernel:
     def __init__(self, name: str, cubin: bytes | Path):
         self.name = name

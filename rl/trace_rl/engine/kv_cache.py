@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from trace_kernels import kv_codes, nvfp4
+from trace_kernels.kv_gather import kv_gather
 from trace_rl.model.layers import masked_attention
 
 
@@ -130,7 +131,6 @@ class PagedAttention:
             self.cache.k[layer].write(self.slots, k)
             self.cache.v[layer].write(self.slots, v)
         if self.gather_kernel:
-            from trace_kernels.kv_gather import kv_gather
             keys, values = kv_gather(self.cache.k[layer], self.cache.v[layer], self.block_table, self.all_positions,
                                      dtype=self.cache.k[layer].dtype, check_values=False)  # [B, S, Hkv, D]
         else:

@@ -23,11 +23,16 @@ ITEM_CHOICES = (1, 2, 4)
 OUT_DTYPES = ("bf16", "f16", "f32")
 
 
+def check_items(items: int) -> int:
+    if items not in ITEM_CHOICES:
+        raise ValueError(f"{NAME}: items (blocks per thread) must be one of {ITEM_CHOICES}, got {items}")
+    return items
+
+
 @functools.lru_cache(maxsize=None)  # memoized: built on every launch
 def spec(out_dtype, kv_heads: int, head_dim: int, items: int = ITEMS) -> KernelSpec:
     out = dtype_name(out_dtype)
-    if items not in ITEM_CHOICES:
-        raise ValueError(f"{NAME}: items (blocks per thread) must be one of {ITEM_CHOICES}, got {items}")
+    check_items(items)
     if kv_heads <= 0:
         raise ValueError(f"{NAME}: kv_heads must be positive, got {kv_heads}")
     if head_dim <= 0 or head_dim % 16:
