@@ -116,6 +116,35 @@ def test_refit_plan_keeps_every_cta_resident(monkeypatch):
     assert refit.plan_v3(0, kernel, experts=3, per_expert=64 * 64, elem_bytes=2) == (396, 3)
 
 
+def test_refit_v6_plan_fits_shared_memory(monkeypatch):
+    """v6: one CTA per SM; each warp's slots of its slice fit the opt-in shared memory (at least 3,
+    else None: v2 runs); lag = (stages - 1) // 2."""
+    import importlib
+    import types
+    refit = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(refit.driver, "multiprocessor_count", lambda device: 132)
+    monkeypatch.setattr(refit.torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(shared_memory_per_block_optin=232448))
+    asked = []
+
+    class Kernel:  # hashable: resident_ctas memoizes on it
+        def allow_dynamic_smem(self, device, smem):
+            asked.append(smem)
+
+        def max_active_blocks_per_sm(self, device, threads, smem):
+            return int(smem <= 230400)
+
+    kernel = Kernel()
+    # Qwen3-30B-A3B gate_up: 196608 blocks per expert over 3168 warps = 63 blocks (2016 B, slots of 2048 B)
+    assert refit.plan_v6(0, kernel, 128, 1536 * 2048, 2) == (132, 4, 1, 24 * 4 * 2048) and asked[-1] == 196608
+    # its down projection: 32 blocks, slots of 1024 B, the most stages
+    assert refit.plan_v6(0, kernel, 128, 2048 * 768, 2) == (132, 8, 3, 24 * 8 * 1024)
+    assert refit.plan_v6(0, kernel, 128, 3072 * 4096, 2) is None  # 235B gate_up: 8 KB slices
+    assert refit.plan_v6(0, kernel, 1, 16, 4) == (132, 8, 3, 24 * 8 * 128)  # one block: slots of 128 B
+    monkeypatch.setattr(refit, "PLAN_OVERRIDE", (200, 3))
+    assert refit.plan_v6(0, kernel, 4, 64 * 64, 2) is None  # 200 CTAs cannot all be resident on 132 SMs
+
+
 # ---------------------------------------------------------------------------------------------
 # The bit-pattern selection of guided_fake_quantize v2 (cuda/include/trace_kernels/
 # guided_fake_quantize.cuh: guided_compact_bits, guided_full_bits), ported line for line to int64

@@ -318,6 +318,35 @@ def test_refit_v4_forced_plans(monkeypatch, grid, experts, n, k):
     _refit_check(experts, n, k, torch.bfloat16, seed=grid * 10 + experts)
 
 
+@pytest.mark.parametrize("grid,stages,experts,n,k,dtype", [
+    (1, 3, 9, 33, 96, torch.bfloat16),     # one CTA, 3 slots (lag 1), a short last slice, empty ones
+    (2, 8, 21, 64, 256, torch.bfloat16),   # 8 slots (lag 3), more experts than the CTA's 16 amax slots
+    (5, 4, 20, 7, 48, torch.float32),      # 21 blocks for 120 warps: most slices empty
+    (3, 5, 17, 100, 160, torch.float16),   # 5 slots (lag 2)
+])
+def test_refit_v6_forced_plans(monkeypatch, grid, stages, experts, n, k, dtype):
+    """v6 with few CTAs: every warp's ring reused many times, each lag, empty and partial slices."""
+    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(codegen_refit, "VARIANT", "v6")
+    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, stages))
+    kernel = runtime_kernel_for(codegen_refit.spec(dtype))
+    plan = refit_module.plan_v6(0, kernel, experts, n * k, torch.empty((), dtype=dtype).element_size())
+    assert plan is not None and plan[:3] == (grid, stages, (stages - 1) // 2), plan  # v6 runs, not v2
+    _refit_check(experts, n, k, dtype, seed=grid * 10 + experts)
+
+
+def test_refit_v6_falls_back_to_v2(monkeypatch):
+    """Slices too large for three slots per warp (Qwen3-235B-A22B's gate_up on the real grid, 22 KB
+    per warp on one CTA) run v2, bit for bit."""
+    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(codegen_refit, "VARIANT", "v6")
+    kernel = runtime_kernel_for(codegen_refit.spec(torch.bfloat16))
+    assert refit_module.plan_v6(0, kernel, 128, 3072 * 4096, 2) is None
+    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (1, 0))
+    assert refit_module.plan_v6(0, kernel, 2, 256 * 1024, 2) is None
+    _refit_check(2, 256, 1024, torch.bfloat16, seed=11)
+
+
 def test_refit_large(refit_variant):
     _refit_check(128, 1536, 2048, torch.bfloat16, seed=7)  # a Qwen3-30B-A3B gate_up layer, 805 MB
 

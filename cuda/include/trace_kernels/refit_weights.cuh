@@ -37,7 +37,7 @@ struct RefitConfig {
   using T = T_;
   static constexpr int CTA = CTA_;
   static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ >= 1 && VARIANT_ <= 5, "variants: 1 .. 5");
+  static_assert(VARIANT_ >= 1 && VARIANT_ <= 6, "variants: 1 .. 6");
   static constexpr int kSlots = KSLOTS_;                   // half blocks per thread per tile (v2: per phase-0 tile)
   static constexpr int kQuantizeBlocks = KSLOTS_ / 2;      // v2 phase 1: whole blocks per thread
   static_assert(VARIANT_ == 1 || KSLOTS_ % 2 == 0, "v2/v3 quantize whole blocks (pairs of half blocks)");
@@ -205,6 +205,55 @@ __device__ __forceinline__ void refit_amax_v2(const typename Cfg::T* __restrict_
   if (threadIdx.x == 0) atomicMax(workspace + 2 * e, __float_as_uint(amax) & 0x7fffffffu);
 }
 
+// Expert e's FP32 scale s = amax / (6 * 448) and what its blocks' quantization derives from it once.
+struct RefitExpertScale {
+  bool finite;  // the expert's amax is finite (else its buffers stay as they are and bad values are reported)
+  bool fast;    // row_scale_fast(s): branch-free blocks (quantize_epilogue.cuh)
+  float s, six_s;
+  nvfp4::Divisor six_s_div;
+};
+
+__device__ __forceinline__ RefitExpertScale refit_expert_scale(float expert_amax) {
+  RefitExpertScale r;
+  r.finite = nvfp4::is_finite(expert_amax);
+  r.s = __fdiv_rn(expert_amax, nvfp4::kGlobalDivisor);
+  r.six_s = nvfp4::kFp4Max * r.s;
+  r.fast = row_scale_fast(r.s);
+  r.six_s_div = nvfp4::make_divisor(r.six_s);
+  return r;
+}
+
+// Block b (16 elements lo, hi) of expert e with the expert's finished scale: its 8 code bytes and E4M3
+// scale, or, for a non-finite expert, a report of the block's bad halves (the buffers stay as they are).
+template <typename T>
+__device__ __forceinline__ void refit_quantize_block(const Vec8<T>& lo, const Vec8<T>& hi, const RefitExpertScale& scale,
+                                                     int e, int64_t b, int64_t per_expert, int k_dim,
+                                                     uint8_t* __restrict__ codes, uint8_t* __restrict__ block_scales,
+                                                     uint32_t* __restrict__ status) {
+  if (!scale.finite) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const Vec8<T>& v = half ? hi : lo;
+      if (nvfp4::is_finite(v.abs_max())) continue;
+      float f[8];
+      v.to_float(f);
+      const int64_t flat = b * 16 + half * 8;  // element index inside the expert
+      const uint64_t row = static_cast<uint64_t>(e) * (per_expert / k_dim) + flat / k_dim;
+      report_nonfinite(status, kStatusRefitWeights, row, static_cast<uint32_t>(flat % k_dim), f);
+    }
+    return;
+  }
+  const float block_amax = block16_abs_max<T>(lo, hi);
+  uint4 unused_lo, unused_hi;
+  const nvfp4::BlockStep step = scale.fast ? block_step_fast(block_amax, scale.s, scale.six_s_div)
+                                           : nvfp4::block_step(block_amax, scale.s, scale.six_s);
+  const uint2 q = scale.fast ? quantize_block16_fast<T, false>(lo, hi, step, unused_lo, unused_hi)
+                             : quantize_block16<T>(lo, hi, step, false, unused_lo, unused_hi);
+  const int64_t bg = static_cast<int64_t>(e) * (per_expert / 16) + b;  // global block index
+  reinterpret_cast<uint2*>(codes)[bg] = q;
+  block_scales[bg] = step.scale_bits;
+}
+
 // One tile (CTA * kQuantizeBlocks whole blocks, the same elements as load_tile's tile) of expert e,
 // quantized with the expert's finished amax: each thread owns blocks strided by CTA (consecutive
 // lanes, consecutive 32-byte blocks), all loads issued first. The tile-0 CTA writes the scale.
@@ -236,38 +285,12 @@ __device__ __forceinline__ void refit_quantize_tile(const typename Cfg::T* __res
       v[k][1].zero();
     }
   }
-  const bool finite = nvfp4::is_finite(expert_amax);
-  const float s = __fdiv_rn(expert_amax, nvfp4::kGlobalDivisor);
-  const float six_s = nvfp4::kFp4Max * s;
-  if (finite && tile == 0 && threadIdx.x == 0) scales[e] = s;
-  const bool fast = row_scale_fast(s);  // the expert's scale: branch-free blocks (quantize_epilogue.cuh)
-  const nvfp4::Divisor six_s_div = nvfp4::make_divisor(six_s);
-
+  const RefitExpertScale scale = refit_expert_scale(expert_amax);
+  if (scale.finite && tile == 0 && threadIdx.x == 0) scales[e] = scale.s;
 #pragma unroll
   for (int k = 0; k < kBlocks; ++k) {
     const int64_t b = first + k * Cfg::CTA;
-    if (b >= blocks) continue;
-    if (!finite) {  // leave the previous weights in place; report where the bad values are
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (nvfp4::is_finite(v[k][half].abs_max())) continue;
-        float f[8];
-        v[k][half].to_float(f);
-        const int64_t flat = b * 16 + half * 8;  // element index inside the expert
-        const uint64_t row = static_cast<uint64_t>(e) * (per_expert / k_dim) + flat / k_dim;
-        report_nonfinite(status, kStatusRefitWeights, row, static_cast<uint32_t>(flat % k_dim), f);
-      }
-      continue;
-    }
-    const float block_amax = block16_abs_max<T>(v[k][0], v[k][1]);
-    uint4 unused_lo, unused_hi;
-    const nvfp4::BlockStep step =
-        fast ? block_step_fast(block_amax, s, six_s_div) : nvfp4::block_step(block_amax, s, six_s);
-    const uint2 q = fast ? quantize_block16_fast<T, false>(v[k][0], v[k][1], step, unused_lo, unused_hi)
-                         : quantize_block16<T>(v[k][0], v[k][1], step, false, unused_lo, unused_hi);
-    const int64_t bg = static_cast<int64_t>(e) * blocks + b;  // global block index
-    reinterpret_cast<uint2*>(codes)[bg] = q;
-    block_scales[bg] = step.scale_bits;
+    if (b < blocks) refit_quantize_block<T>(v[k][0], v[k][1], scale, e, b, per_expert, k_dim, codes, block_scales, status);
   }
 }
 

@@ -32,7 +32,7 @@ def _reference(w, codes, block_scales, scales):
 
 
 # (grid, ctas_per_group) forced by tests (multi-tile and leftover-CTA paths) and the benchmark sweep;
-# for v3 and v5 (grid, experts per chunk); for v4 (grid, unused).
+# for v3 and v5 (grid, experts per chunk); for v4 (grid, unused); for v6 (grid, most stages or 0).
 PLAN_OVERRIDE: tuple[int, int] | None = None
 
 
@@ -88,6 +88,34 @@ def plan_v4(device: int, kernel, experts: int, per_expert: int, tile_elems: int,
     return None
 
 
+V6_SHARED_RESERVED = 2048  # bytes of the opt-in shared memory left for v6's static mbarriers and counters
+
+
+def plan_v6(device: int, kernel, experts: int, per_expert: int, elem_bytes: int) -> tuple[int, int, int, int] | None:
+    """(grid, stages, lag, shared-memory bytes) for v6, or None when too few slots of a warp's slice fit
+    in shared memory (then v2 runs). One CTA per SM, all co-resident; every warp gets
+    stages = min(8, what fits) slots of its slice (at least 3) and quantizes lag = (stages - 1) // 2
+    experts behind its amax, so stages - lag - 1 slices per warp stream ahead."""
+    threads = codegen_refit.CTA_V6
+    warps = threads // 32
+    grid = driver.multiprocessor_count(device)
+    most = 8
+    if PLAN_OVERRIDE is not None:
+        grid, most = PLAN_OVERRIDE[0], PLAN_OVERRIDE[1] or most
+    blocks = per_expert // 16
+    slice_blocks = -(-blocks // (grid * warps))
+    slot = -(-(slice_blocks * 16 * elem_bytes) // 128) * 128
+    budget = torch.cuda.get_device_properties(device).shared_memory_per_block_optin - V6_SHARED_RESERVED
+    stages = min(most, 8, budget // (warps * slot))
+    if stages < 3:
+        return None
+    smem = warps * stages * slot
+    kernel.allow_dynamic_smem(device, smem)
+    if grid > resident_ctas(kernel, device, threads, smem):
+        return None
+    return grid, stages, (stages - 1) // 2, smem
+
+
 def plan_v5(device: int, kernel, experts: int, per_expert: int, elem_bytes: int) -> tuple[int, int]:
     """(grid, experts per chunk) for v5: one wave of resident CTAs (each loops over work items);
     chunks of ~L2/4, so the chunk being streamed, the one being quantized and their outputs stay in L2."""
@@ -120,6 +148,20 @@ def _launch(w, codes, block_scales, scales):
         return
     spec = codegen_refit.spec(w.dtype)
     kernel = kernel_for(spec)
+    if spec.launch["variant"] == "v6":  # one cooperative launch, a shared-memory pipeline per warp
+        v6 = plan_v6(device, kernel, experts, n * k, w.element_size())
+        if v6 is not None:
+            grid, stages, lag, smem = v6
+            workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, CTAs arrived
+            with nvtx.annotate("refit_weights"):
+                kernel.launch(device, (grid,), (spec.launch["threads"],),
+                              [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                               i64(n * k), i32(k), i32(stages), i32(lag), ptr(status_buffer(device))],
+                              smem=smem, cooperative=True)
+            after_launch(device)
+            return
+        spec = codegen_refit.spec(w.dtype, "v2")  # slices too large for three slots per warp
+        kernel = kernel_for(spec)
     if spec.launch["variant"] == "v4":  # one cooperative launch, tiles waiting in shared memory
         v4 = plan_v4(device, kernel, experts, n * k, spec.launch["tile_half_blocks"] * 8, w.element_size())
         if v4 is not None:

@@ -7,7 +7,9 @@ with per-expert group barriers (measured on the H200, docs/toolchain.md), "v2" t
 (amax pass, quantize pass), "v3" one cooperative launch pipelining chunks of experts two deep,
 "v4" one cooperative launch whose tiles wait for their expert's amax in shared memory (bulk copies),
 "v5" one ordinary launch taking amax and quantize tiles from a work queue that overlaps the amax
-stream of one chunk of experts with the quantize of the previous one.
+stream of one chunk of experts with the quantize of the previous one, "v6" one cooperative launch of
+768-thread CTAs in which every warp pipelines its own slice of each expert through a shared-memory
+ring (bulk copies), publishing its amax through the CTA and quantizing once every CTA has published.
 `VARIANT` is what the op launches.
 """
 
@@ -22,7 +24,8 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
-VARIANTS = ("v1", "v2", "v3", "v4", "v5")
+VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
+CTA_V6 = 768  # 24 warps, one CTA per SM (its rings take the shared memory): up to 85 registers
 VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
 
 
@@ -41,12 +44,15 @@ def _spec(dtype, variant: str) -> KernelSpec:
     slots = 2 if short == "f32" else 8  # FP32: 4 slots spill at 64 registers
     if variant == "v4":
         slots = 2 if short == "f32" else 4  # 16 KB shared-memory tiles: 2 (FP32: 1) blocks per thread
+    cta = CTA_V6 if variant == "v6" else CTA
     return KernelSpec(
         op=NAME,
         name=kernel_name(NAME, *variant_parts(short, variant)),
         template=TEMPLATE,
-        params={"cuda_type": CUDA_TYPES[short], "cta": CTA, "slots": slots, "variant": int(variant[1:])},
-        launch={"threads": CTA, "tile_half_blocks": CTA * slots, "variant": variant},
+        # v6: one CTA per SM, so ptxas may use 85 registers (without the bound it capped itself at 64 and spilled)
+        params={"cuda_type": CUDA_TYPES[short], "cta": cta, "slots": slots, "variant": int(variant[1:]),
+                "min_blocks": 1 if variant == "v6" else 0},
+        launch={"threads": cta, "tile_half_blocks": cta * slots, "variant": variant},
         headers=("trace_kernels/refit_weights_kernel.cuh",),
     )
 
