@@ -59,15 +59,17 @@ __device__ __forceinline__ void refit_v6_publish(uint32_t* cta_amax, uint32_t* c
 // Lane 0 of each warp: expert e's finished amax. The CTA's first warp to need it waits for every CTA's
 // arrival and leaves (e, amax bits) in one 64-bit shared word for the CTA's other warps, so a CTA polls
 // the arrival count (a global round trip per poll, which stalled every warp once per expert) about once
-// per expert. One atomic word: a reader sees the expert and its amax together.
+// per expert. One atomic word: a reader sees the expert and its amax together. Read and written by
+// read-modify-writes (ATOMS): compute-sanitizer's racecheck reported the relaxed load and store (plain
+// strong LD / ST in SASS) as races, though the memory model orders them.
 __device__ __forceinline__ float refit_v6_expert_amax(unsigned long long* ready, uint32_t* workspace, int e,
                                                       uint32_t ctas) {
   cuda::atomic_ref<unsigned long long, cuda::thread_scope_block> word(ready[e % kRefitV6Pending]);
-  const unsigned long long seen = word.load(cuda::memory_order_relaxed);
+  const unsigned long long seen = word.fetch_or(0ull, cuda::memory_order_relaxed);
   if (static_cast<int>(seen >> 32) == e) return __uint_as_float(static_cast<uint32_t>(seen));
   wait_for_arrivals(workspace[2 * e + 1], ctas);
   const float amax = expert_amax_of(workspace, e);
-  word.store(static_cast<unsigned long long>(e) << 32 | __float_as_uint(amax), cuda::memory_order_relaxed);
+  word.exchange(static_cast<unsigned long long>(e) << 32 | __float_as_uint(amax), cuda::memory_order_relaxed);
   return amax;
 }
 
