@@ -14,8 +14,8 @@
 // Warps never wait for each other except through those arrivals, which point only to earlier
 // experts, so co-resident CTAs cannot deadlock (a wait of ~2 s traps: a launch error, not a hang).
 // v4 did the same per CTA with tiles and three CTA barriers each, and 8 warps per SM: it stalled.
-// 24 warps per SM (768 threads, one CTA): the Qwen3-30B-A3B slices are then 63 blocks, two passes
-// of two blocks per lane with 98% of the lanes busy.
+// 24 warps per SM (768 threads, one CTA): a Qwen3-30B-A3B gate_up slice is then 63 blocks, one pass
+// of two blocks per lane with 63 of its 64 lane-blocks busy.
 // workspace: [2 e] amax bits of expert e, [2 e + 1] CTAs arrived on expert e; zeroed by the host.
 // Dynamic shared memory: kWarps x stages slots of refit_v6_slot_bytes(slice) bytes.
 #pragma once
