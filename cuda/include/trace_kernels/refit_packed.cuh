@@ -41,6 +41,7 @@
 #include "trace_kernels/moe_pack.cuh"
 #include "trace_kernels/nvfp4.cuh"
 #include "trace_kernels/quantize_epilogue.cuh"
+#include "trace_kernels/refit_weights.cuh"
 #include "trace_kernels/status.cuh"
 #include "trace_kernels/vec.cuh"
 
@@ -145,24 +146,6 @@ __device__ __forceinline__ Vec8<typename Cfg::T> load_half_block(const uint8_t* 
   return v;
 }
 
-// The expert's scale and the per-expert constants of the quantization (as refit_quantize_tile).
-struct ExpertScale {
-  float amax, s, six_s;
-  nvfp4::Divisor six_s_div;
-  bool finite, fast;
-};
-
-__device__ __forceinline__ ExpertScale expert_scale(float amax) {
-  ExpertScale x;
-  x.amax = amax;
-  x.finite = nvfp4::is_finite(amax);
-  x.s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
-  x.six_s = nvfp4::kFp4Max * x.s;
-  x.fast = row_scale_fast(x.s);
-  x.six_s_div = nvfp4::make_divisor(x.six_s);
-  return x;
-}
-
 // Non-finite expert: report this lane's bad elements (its two rows), write nothing.
 template <class Cfg>
 __device__ __forceinline__ void report_record(const uint8_t* stage, const Record& rc, int n, int lane,
@@ -183,7 +166,7 @@ __device__ __forceinline__ void report_record(const uint8_t* stage, const Record
 // One record from a stage buffer -> its packed, encoded codes and scales (lane L's 64 + 8 bytes).
 template <class Cfg, bool kFast>
 __device__ __forceinline__ void pack_record(const uint8_t* stage, const uint32_t (*table)[256], uint8_t* __restrict__ codes,
-                                            uint8_t* __restrict__ block_scales, int64_t rec, const ExpertScale& x,
+                                            uint8_t* __restrict__ block_scales, int64_t rec, const RefitExpertScale& x,
                                             int lane) {
   using T = typename Cfg::T;
   const int r0 = 16 * (lane >> 3) + (lane & 7);  // rows r0 (h = 0) and r0 + 8 (h = 1)
@@ -254,7 +237,7 @@ __device__ __forceinline__ void quantize_pack(const typename Cfg::T* __restrict_
   __syncthreads();
 
   int expert = -1;
-  ExpertScale x{};
+  RefitExpertScale x{};
   int slot = 0;  // stage of record i
   for (int i = first; i < records; i += stride) {
     const Record rc = queue[0];
@@ -275,7 +258,7 @@ __device__ __forceinline__ void quantize_pack(const typename Cfg::T* __restrict_
     __syncwarp();                      // and every other lane's
     if (rc.e != expert) {  // warp-uniform
       expert = rc.e;
-      x = expert_scale(__uint_as_float(__ldcg(workspace + 2 * rc.e)));
+      x = refit_expert_scale(__uint_as_float(__ldcg(workspace + 2 * rc.e)));
     }
     const uint8_t* stage = ring + slot * Cfg::kRecordBytes;
     const int64_t rec = records - 1 - i;

@@ -205,7 +205,8 @@ __device__ __forceinline__ void refit_amax_v2(const typename Cfg::T* __restrict_
   if (threadIdx.x == 0) atomicMax(workspace + 2 * e, __float_as_uint(amax) & 0x7fffffffu);
 }
 
-// Expert e's FP32 scale s = amax / (6 * 448) and what its blocks' quantization derives from it once.
+// Expert e's FP32 scale s = amax / (6 * 448) and what its blocks' quantization derives from it once
+// (refit_quantize_block here, refit_packed.cuh's records).
 struct RefitExpertScale {
   bool finite;  // the expert's amax is finite (else its buffers stay as they are and bad values are reported)
   bool fast;    // row_scale_fast(s): branch-free blocks (quantize_epilogue.cuh)

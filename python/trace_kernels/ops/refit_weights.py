@@ -140,42 +140,44 @@ def launch_v2_pass(w, codes, block_scales, scales, workspace, phase: int) -> Non
                              i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
 
 
+def _launch_one(kernel, device: int, threads: int, grid: int, w, codes, block_scales, scales, workspace_words: int,
+                plan_a: int, plan_b: int, smem: int = 0, cooperative: bool = True) -> None:
+    """The one launch of v1 and v3..v6: a zeroed int32 workspace, the variant's two plan integers."""
+    from trace_kernels.runtime import i32, i64, ptr
+    experts, n, k = w.shape
+    workspace = torch.zeros(workspace_words, dtype=torch.int32, device=w.device)
+    with nvtx.annotate("refit_weights"):
+        kernel.launch(device, (grid,), (threads,),
+                      [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                       i64(n * k), i32(k), i32(plan_a), i32(plan_b), ptr(status_buffer(device))],
+                      smem=smem, cooperative=cooperative)
+    after_launch(device)
+
+
 def _launch(w, codes, block_scales, scales):
-    from trace_kernels.runtime import i32, i64, kernel_for, ptr
+    from trace_kernels.runtime import kernel_for
     device = check_cuda_device(w)
     experts, n, k = w.shape
     if experts == 0 or n == 0:
         return
     spec = codegen_refit.spec(w.dtype)
     kernel = kernel_for(spec)
-    if spec.launch["variant"] == "v6":  # one cooperative launch, a shared-memory pipeline per warp
+    threads = spec.launch["threads"]
+    args = (w, codes, block_scales, scales)
+    if spec.launch["variant"] == "v6":  # a shared-memory pipeline per warp; workspace: amax bits, CTAs arrived
         v6 = plan_v6(device, kernel, experts, n * k, w.element_size())
         if v6 is not None:
             grid, stages, lag, smem = v6
-            workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, CTAs arrived
-            with nvtx.annotate("refit_weights"):
-                kernel.launch(device, (grid,), (spec.launch["threads"],),
-                              [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                               i64(n * k), i32(k), i32(stages), i32(lag), ptr(status_buffer(device))],
-                              smem=smem, cooperative=True)
-            after_launch(device)
+            _launch_one(kernel, device, threads, grid, *args, 2 * experts, stages, lag, smem=smem)
             return
         spec = codegen_refit.spec(w.dtype, "v2")  # slices too large for three slots per warp
-        kernel = kernel_for(spec)
-    if spec.launch["variant"] == "v4":  # one cooperative launch, tiles waiting in shared memory
+    if spec.launch["variant"] == "v4":  # tiles waiting in shared memory; workspace: amax bits, tiles arrived
         v4 = plan_v4(device, kernel, experts, n * k, spec.launch["tile_half_blocks"] * 8, w.element_size())
         if v4 is not None:
             grid, lag, stages, smem = v4
-            workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, tiles arrived
-            with nvtx.annotate("refit_weights"):
-                kernel.launch(device, (grid,), (spec.launch["threads"],),
-                              [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                               i64(n * k), i32(k), i32(lag), i32(stages), ptr(status_buffer(device))],
-                              smem=smem, cooperative=True)
-            after_launch(device)
+            _launch_one(kernel, device, threads, grid, *args, 2 * experts, lag, stages, smem=smem)
             return
         spec = codegen_refit.spec(w.dtype, "v2")  # an expert too large to wait in shared memory
-        kernel = kernel_for(spec)
     if spec.launch["variant"] == "v2":  # amax pass, then quantize pass: plain launches, no co-residency
         workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits (, unused)
         with nvtx.annotate("refit_weights"):
@@ -187,37 +189,22 @@ def _launch(w, codes, block_scales, scales):
         grid, chunk = plan_v5(device, kernel, experts, n * k, w.element_size())
         if grid < 1 or chunk < 1:
             raise ValueError(f"refit v5 plan grid={grid}, chunk={chunk} needs both >= 1")
-        workspace = torch.zeros(2 * experts + 1, dtype=torch.int32, device=w.device)  # amax, tiles done, items
-        with nvtx.annotate("refit_weights"):
-            kernel.launch(device, (grid,), (spec.launch["threads"],),
-                          [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                           i64(n * k), i32(k), i32(chunk), i32(0), ptr(status_buffer(device))])
-        after_launch(device)
+        # workspace: amax bits, tiles done, items claimed
+        _launch_one(kernel, device, threads, grid, *args, 2 * experts + 1, chunk, 0, cooperative=False)
         return
+    resident = kernel.max_active_blocks_per_sm(device, threads) * driver.multiprocessor_count(device)
     if spec.launch["variant"] == "v3":  # one cooperative launch, chunks of experts pipelined
         grid, chunk = plan_v3(device, kernel, experts, n * k, w.element_size())
-        resident = kernel.max_active_blocks_per_sm(device, spec.launch["threads"]) * driver.multiprocessor_count(device)
         if not 0 < grid <= resident or chunk < 1:
             raise ValueError(f"refit v3 plan grid={grid}, chunk={chunk} needs 0 < grid <= {resident} (all CTAs "
                              "co-resident) and chunk >= 1")
-        workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, chunk arrivals
-        with nvtx.annotate("refit_weights"):
-            kernel.launch(device, (grid,), (spec.launch["threads"],),
-                          [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                           i64(n * k), i32(k), i32(chunk), i32(0), ptr(status_buffer(device))], cooperative=True)
-        after_launch(device)
+        _launch_one(kernel, device, threads, grid, *args, 2 * experts, chunk, 0)  # amax bits, chunk arrivals
         return
     grid, per_group = plan(device, kernel, spec.launch["tile_half_blocks"] * 8, experts, n * k, w.element_size())
-    resident = kernel.max_active_blocks_per_sm(device, spec.launch["threads"]) * driver.multiprocessor_count(device)
     if not 0 < per_group <= grid <= resident:
         raise ValueError(f"refit plan grid={grid}, ctas_per_group={per_group} needs 0 < group <= grid <= {resident} "
                          "(all CTAs co-resident)")
-    workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, arrivals
-    with nvtx.annotate("refit_weights"):
-        kernel.launch(device, (grid,), (spec.launch["threads"],),
-                      [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                       i64(n * k), i32(k), i32(per_group), i32(0), ptr(status_buffer(device))], cooperative=True)
-    after_launch(device)
+    _launch_one(kernel, device, threads, grid, *args, 2 * experts, per_group, 0)  # amax bits, arrivals
 
 
 @torch.library.custom_op("trace_kernels::nvfp4_refit_weights", mutates_args=("codes", "block_scales", "scales"))
