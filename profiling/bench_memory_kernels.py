@@ -68,6 +68,17 @@ def variant(module, name: str):
 
 
 @contextlib.contextmanager
+def v6_threads(threads: int | None):
+    """Launch refit v6 with `threads` per CTA inside the block (codegen V6_THREADS; None: unchanged)."""
+    saved = codegen_refit.V6_THREADS
+    codegen_refit.V6_THREADS = threads or saved
+    try:
+        yield
+    finally:
+        codegen_refit.V6_THREADS = saved
+
+
+@contextlib.contextmanager
 def min_cta(cta: int):
     """Launch quantize with `cta` threads per block inside the block (codegen MIN_CTA)."""
     saved = codegen_quantize.MIN_CTA
@@ -148,14 +159,19 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
     for v in codegen_refit.VARIANTS:
         if not wanted(args, "refit_weights", v):
             continue
-        with variant(codegen_refit, v):
-            extra = {"variant": v, **shape}
-            if v == "v2":  # the amax pass reads w a second time
-                extra["moved_bytes"] = r_bytes + relems * 2
-            if args.host_overhead:
-                extra["host_us"] = host_overhead_us(lambda: ops.refit_weights(ws[0], buffers))
-            record(f"refit_weights [{v}]", time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets), r_bytes,
-                   extra)
+        for threads in (args.refit_v6_threads if v == "v6" else [None]):
+            with variant(codegen_refit, v), v6_threads(threads):
+                extra = {"variant": v, **shape}
+                label = v
+                if threads is not None:
+                    extra["threads"] = threads
+                    label += "" if threads == 768 else f" t{threads}"
+                if v == "v2":  # the amax pass reads w a second time
+                    extra["moved_bytes"] = r_bytes + relems * 2
+                if args.host_overhead:
+                    extra["host_us"] = host_overhead_us(lambda: ops.refit_weights(ws[0], buffers))
+                record(f"refit_weights [{label}]", time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets),
+                       r_bytes, extra)
     if size in SWEEP_SIZES and wanted(args, "refit_sweep"):  # v1: experts refitted at once (groups); default "auto"
         from trace_kernels.runtime import driver, kernel_for
         refit = importlib.import_module("trace_kernels.ops.refit_weights")
@@ -212,8 +228,11 @@ def main(argv=None) -> int:
                         help="guided v7's (threads per CTA, CTAs per SM) for these modes, e.g. full_counters=128x4; "
                              "a third number: v3's loop with that many blocks per thread and pass (codegen's "
                              "V7_GEOMETRY)")
+    parser.add_argument("--refit-v6-threads", default=str(codegen_refit.V6_THREADS), metavar="N,...",
+                        help=f"refit v6's threads per CTA, one row each (of {codegen_refit.V6_THREAD_CHOICES})")
     parser.add_argument("--out", default="profiling/results/memory_kernels_h200.json")
     args = parser.parse_args(argv)
+    args.refit_v6_threads = [int(t) for t in args.refit_v6_threads.split(",") if t]
     for item in (i for i in args.guided_v7_geometry.split(",") if i):
         mode, geometry = item.split("=")
         codegen_guided.V7_GEOMETRY[mode] = tuple(int(n) for n in geometry.split("x"))

@@ -85,6 +85,20 @@ def test_variants_are_named_and_selectable(monkeypatch):
             make("v9")
 
 
+def test_refit_v6_threads_name_their_kernel(monkeypatch):
+    """v6 at 768 threads keeps its measured name; other thread counts are kernels of their own."""
+    v6 = refit_weights.spec("bf16", "v6")
+    assert v6.name == "nvfp4_refit_weights_bf16_v6_sm90a" and v6.launch["threads"] == 768
+    monkeypatch.setattr(refit_weights, "V6_THREADS", 384)
+    t384 = refit_weights.spec("bf16", "v6")
+    assert t384.name == "nvfp4_refit_weights_bf16_v6_t384_sm90a" and t384.launch["threads"] == 384
+    assert "__launch_bounds__(384, 1)" in t384.render() and "/*CTA=*/384" in t384.render()
+    assert refit_weights.spec("bf16", "v2").launch["threads"] == refit_weights.CTA  # other variants ignore it
+    monkeypatch.setattr(refit_weights, "V6_THREADS", 300)
+    with pytest.raises(ValueError, match="300 threads"):
+        refit_weights.spec("bf16", "v6")
+
+
 def test_registry_discovers_op_modules():
     ops = codegen.all_ops()
     for name in MY_OPS:

@@ -143,6 +143,12 @@ def test_refit_v6_plan_fits_shared_memory(monkeypatch):
     assert refit.plan_v6(0, kernel, 1, 16, 4) == (132, 8, 3, 24 * 8 * 128)  # one block: slots of 128 B
     monkeypatch.setattr(refit, "PLAN_OVERRIDE", (200, 3))
     assert refit.plan_v6(0, kernel, 4, 64 * 64, 2) is None  # 200 CTAs cannot all be resident on 132 SMs
+    monkeypatch.setattr(refit, "PLAN_OVERRIDE", None)
+    # fewer warps per CTA: larger slices, the same shared memory per stage (125 and 187 blocks of the 30B gate_up)
+    monkeypatch.setattr(refit.codegen_refit, "V6_THREADS", 384)
+    assert refit.plan_v6(0, kernel, 128, 1536 * 2048, 2) == (132, 4, 1, 12 * 4 * 4096)
+    monkeypatch.setattr(refit.codegen_refit, "V6_THREADS", 256)
+    assert refit.plan_v6(0, kernel, 128, 1536 * 2048, 2) == (132, 4, 1, 8 * 4 * 6016)
 
 
 # ---------------------------------------------------------------------------------------------

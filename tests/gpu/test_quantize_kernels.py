@@ -335,6 +335,21 @@ def test_refit_v6_forced_plans(monkeypatch, grid, stages, experts, n, k, dtype):
     _refit_check(experts, n, k, dtype, seed=grid * 10 + experts)
 
 
+@pytest.mark.parametrize("threads", [256, 384, 512])
+def test_refit_v6_threads(monkeypatch, threads):
+    """v6 at fewer warps per CTA (larger slices per warp): the real grid, and a forced plan of 2 CTAs x 3 slots
+    whose slices span several passes of a warp's quantize loop, bit for bit."""
+    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(codegen_refit, "VARIANT", "v6")
+    monkeypatch.setattr(codegen_refit, "V6_THREADS", threads)
+    kernel = runtime_kernel_for(codegen_refit.spec(torch.bfloat16))
+    assert refit_module.plan_v6(0, kernel, 6, 512 * 2048, 2) is not None  # v6 runs, not v2
+    _refit_check(6, 512, 2048, torch.bfloat16, seed=threads)
+    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (2, 3))
+    assert refit_module.plan_v6(0, kernel, 7, 150 * 272, 2)[:3] == (2, 3, 1)
+    _refit_check(7, 150, 272, torch.bfloat16, seed=threads + 1)  # a short last slice
+
+
 def test_refit_v6_falls_back_to_v2(monkeypatch):
     """Slices too large for three slots per warp (Qwen3-235B-A22B's gate_up on the real grid, 22 KB
     per warp on one CTA) run v2, bit for bit."""

@@ -93,10 +93,10 @@ V6_SHARED_RESERVED = 2048  # bytes of the opt-in shared memory left for v6's sta
 
 def plan_v6(device: int, kernel, experts: int, per_expert: int, elem_bytes: int) -> tuple[int, int, int, int] | None:
     """(grid, stages, lag, shared-memory bytes) for v6, or None when too few slots of a warp's slice fit
-    in shared memory (then v2 runs). One CTA per SM, all co-resident; every warp gets
+    in shared memory (then v2 runs). One CTA of `V6_THREADS` threads per SM, all co-resident; every warp gets
     stages = min(8, what fits) slots of its slice (at least 3) and quantizes lag = (stages - 1) // 2
     experts behind its amax, so stages - lag - 1 slices per warp stream ahead."""
-    threads = codegen_refit.CTA_V6
+    threads = codegen_refit.V6_THREADS
     warps = threads // 32
     grid = driver.multiprocessor_count(device)
     most = 8

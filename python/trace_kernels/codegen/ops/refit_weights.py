@@ -8,9 +8,9 @@ with per-expert group barriers (measured on the H200, docs/toolchain.md), "v2" t
 "v4" one cooperative launch whose tiles wait for their expert's amax in shared memory (bulk copies),
 "v5" one ordinary launch taking amax and quantize tiles from a work queue that overlaps the amax
 stream of one chunk of experts with the quantize of the previous one, "v6" one cooperative launch of
-768-thread CTAs in which every warp pipelines its own slice of each expert through a shared-memory
-ring (bulk copies), publishing its amax through the CTA and quantizing once every CTA has published.
-`VARIANT` is what the op launches.
+one CTA per SM (`V6_THREADS` threads) in which every warp pipelines its own slice of each expert
+through a shared-memory ring (bulk copies), publishing its amax through the CTA and quantizing once
+every CTA has published. `VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
-CTA_V6 = 768  # 24 warps, one CTA per SM (its rings take the shared memory): up to 85 registers
+# v6's threads per CTA (one CTA per SM: its rings take the shared memory), read at call time like VARIANT. Fewer warps
+# give each warp a larger slice of every expert, so its per-expert work (amax publish, ready check, scale) is spread
+# over more blocks. 768 (24 warps) keeps the kernel's original name; others add "t<threads>".
+V6_THREADS = 768
+V6_THREAD_CHOICES = (256, 384, 512, 768)
 VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
 
 
@@ -34,22 +38,27 @@ def check_variant(variant: str | None) -> str:
 
 
 def spec(dtype, variant: str | None = None) -> KernelSpec:
-    return _spec(dtype, check_variant(variant))
+    variant = check_variant(variant)
+    return _spec(dtype, variant, V6_THREADS if variant == "v6" else CTA)
 
 
 # memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
 @functools.lru_cache(maxsize=None)
-def _spec(dtype, variant: str) -> KernelSpec:
+def _spec(dtype, variant: str, cta: int) -> KernelSpec:
+    if cta not in ((CTA,) if variant != "v6" else V6_THREAD_CHOICES):
+        raise ValueError(f"refit_weights {variant}: {cta} threads per CTA is not one of "
+                         f"{V6_THREAD_CHOICES if variant == 'v6' else (CTA,)}")
     short = dtype_name(dtype)
     slots = 2 if short == "f32" else 8  # FP32: 4 slots spill at 64 registers
     if variant == "v4":
         slots = 2 if short == "f32" else 4  # 16 KB shared-memory tiles: 2 (FP32: 1) blocks per thread
-    cta = CTA_V6 if variant == "v6" else CTA
+    threads_part = (f"t{cta}",) if variant == "v6" and cta != 768 else ()
     return KernelSpec(
         op=NAME,
-        name=kernel_name(NAME, *variant_parts(short, variant)),
+        name=kernel_name(NAME, *variant_parts(short, variant), *threads_part),
         template=TEMPLATE,
-        # v6: one CTA per SM, so ptxas may use 85 registers (without the bound it capped itself at 64 and spilled)
+        # v6: one CTA per SM, so ptxas may use 85 registers at 768 threads (without the bound it capped itself at 64 and
+        # spilled)
         params={"cuda_type": CUDA_TYPES[short], "cta": cta, "slots": slots, "variant": int(variant[1:]),
                 "min_blocks": 1 if variant == "v6" else 0},
         launch={"threads": cta, "tile_half_blocks": cta * slots, "variant": variant},
