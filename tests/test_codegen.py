@@ -87,6 +87,8 @@ def test_variants_are_named_and_selectable(monkeypatch):
 
 def test_refit_v6_threads_name_their_kernel(monkeypatch):
     """v6 at 768 threads keeps its measured name; other thread counts are kernels of their own."""
+    assert refit_weights.spec("bf16", "v6").launch["threads"] == refit_weights.V6_THREADS
+    monkeypatch.setattr(refit_weights, "V6_THREADS", 768)
     v6 = refit_weights.spec("bf16", "v6")
     assert v6.name == "nvfp4_refit_weights_bf16_v6_sm90a" and v6.launch["threads"] == 768
     monkeypatch.setattr(refit_weights, "V6_THREADS", 384)

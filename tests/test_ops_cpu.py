@@ -118,7 +118,7 @@ def test_refit_plan_keeps_every_cta_resident(monkeypatch):
 
 def test_refit_v6_plan_fits_shared_memory(monkeypatch):
     """v6: one CTA per SM; each warp's slots of its slice fit the opt-in shared memory (at least 3,
-    else None: v2 runs); lag = (stages - 1) // 2."""
+    else None: v2 runs); lag = (stages - 1) // 2. At 768 threads (24 warps), then at 384 and 256."""
     import importlib
     import types
     refit = importlib.import_module("trace_kernels.ops.refit_weights")
@@ -135,6 +135,7 @@ def test_refit_v6_plan_fits_shared_memory(monkeypatch):
             return int(smem <= 230400)
 
     kernel = Kernel()
+    monkeypatch.setattr(refit.codegen_refit, "V6_THREADS", 768)
     # Qwen3-30B-A3B gate_up: 196608 blocks per expert over 3168 warps = 63 blocks (2016 B, slots of 2048 B)
     assert refit.plan_v6(0, kernel, 128, 1536 * 2048, 2) == (132, 4, 1, 24 * 4 * 2048) and asked[-1] == 196608
     # its down projection: 32 blocks, slots of 1024 B, the most stages

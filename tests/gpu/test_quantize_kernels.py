@@ -335,10 +335,10 @@ def test_refit_v6_forced_plans(monkeypatch, grid, stages, experts, n, k, dtype):
     _refit_check(experts, n, k, dtype, seed=grid * 10 + experts)
 
 
-@pytest.mark.parametrize("threads", [256, 384, 512])
+@pytest.mark.parametrize("threads", [256, 512, 768])
 def test_refit_v6_threads(monkeypatch, threads):
-    """v6 at fewer warps per CTA (larger slices per warp): the real grid, and a forced plan of 2 CTAs x 3 slots
-    whose slices span several passes of a warp's quantize loop, bit for bit."""
+    """v6 at the other thread counts (V6_THREADS, the default, runs every other v6 test): the real grid, and a
+    forced plan of 2 CTAs x 3 slots whose slices span several passes of a warp's quantize loop, bit for bit."""
     refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
     monkeypatch.setattr(codegen_refit, "VARIANT", "v6")
     monkeypatch.setattr(codegen_refit, "V6_THREADS", threads)

@@ -14,8 +14,10 @@
 // Warps never wait for each other except through those arrivals, which point only to earlier
 // experts, so co-resident CTAs cannot deadlock (a wait of ~2 s traps: a launch error, not a hang).
 // v4 did the same per CTA with tiles and three CTA barriers each, and 8 warps per SM: it stalled.
-// 24 warps per SM (768 threads, one CTA): a Qwen3-30B-A3B gate_up slice is then 63 blocks, one pass
-// of two blocks per lane with 63 of its 64 lane-blocks busy.
+// One CTA per SM of Cfg::CTA threads (codegen's V6_THREADS). The first build had 24 warps (768 threads): a
+// Qwen3-30B-A3B gate_up slice was then 63 blocks, one pass of two blocks per lane, and the per-expert work
+// (amax reduction, publish, ready check, expert scale) was ~45% of a warp's instructions. At 12 warps (384)
+// a slice is 125 blocks, two passes, for the same shared memory per stage.
 // workspace: [2 e] amax bits of expert e, [2 e + 1] CTAs arrived on expert e; zeroed by the host.
 // Dynamic shared memory: kWarps x stages slots of refit_v6_slot_bytes(slice) bytes.
 #pragma once

@@ -27,8 +27,9 @@ CTA = 256
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
 # v6's threads per CTA (one CTA per SM: its rings take the shared memory), read at call time like VARIANT. Fewer warps
 # give each warp a larger slice of every expert, so its per-expert work (amax publish, ready check, scale) is spread
-# over more blocks. 768 (24 warps) keeps the kernel's original name; others add "t<threads>".
-V6_THREADS = 768
+# over more blocks. 384 and 512 were 1-3 points of copy faster than the first build's 768 from 16 MB to 1 GB on the
+# H200, 256 slower (docs/toolchain.md, "refit v6"). 768 keeps that build's kernel name; others add "t<threads>".
+V6_THREADS = 384
 V6_THREAD_CHOICES = (256, 384, 512, 768)
 VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
 
@@ -37,9 +38,10 @@ def check_variant(variant: str | None) -> str:
     return resolve_variant(NAME, VARIANTS, VARIANT, variant)  # VARIANT read at call time (tests patch it)
 
 
-def spec(dtype, variant: str | None = None) -> KernelSpec:
+def spec(dtype, variant: str | None = None, threads: int | None = None) -> KernelSpec:
+    """threads: v6's threads per CTA (default V6_THREADS); the other variants have CTA."""
     variant = check_variant(variant)
-    return _spec(dtype, variant, V6_THREADS if variant == "v6" else CTA)
+    return _spec(dtype, variant, threads or (V6_THREADS if variant == "v6" else CTA))
 
 
 # memoized: the ops build their spec on every launch; spec() resolves the variant first, since VARIANT may change
@@ -57,8 +59,8 @@ def _spec(dtype, variant: str, cta: int) -> KernelSpec:
         op=NAME,
         name=kernel_name(NAME, *variant_parts(short, variant), *threads_part),
         template=TEMPLATE,
-        # v6: one CTA per SM, so ptxas may use 85 registers at 768 threads (without the bound it capped itself at 64 and
-        # spilled)
+        # v6: one CTA per SM, so ptxas may use 85 registers at 768 threads, 170 at 384 (without the bound it capped
+        # itself at 64 and spilled)
         params={"cuda_type": CUDA_TYPES[short], "cta": cta, "slots": slots, "variant": int(variant[1:]),
                 "min_blocks": 1 if variant == "v6" else 0},
         launch={"threads": cta, "tile_half_blocks": cta * slots, "variant": variant},
