@@ -248,12 +248,17 @@ def test_guided_large(guided_variant):
     assert int(counters[2]) > 0.999 * x_t.numel() > int(counters[3])  # guidance beats round-to-nearest
 
 
-def _refit_check(experts, n, k, dtype, seed):
+def _refit_check(experts, n, k, dtype, seed, off_fast_range=False):
+    """off_fast_range: experts 2 and 3 scaled so that s ~ 2^-49 and 2^88, outside row_scale_fast's range (the
+    kernels' exact block path)."""
     g = torch.Generator().manual_seed(seed)
     w = (torch.randn(experts, n, k, generator=g) * torch.exp2(torch.randint(-8, 9, (experts, 1, 1), generator=g).float()))
     w[0] = 0.0
     if experts > 1:
         w[1, n // 2, k // 3] *= 1e4
+    if off_fast_range:
+        w[2] *= 1e-12
+        w[3] *= 1e30
     w = w.to(dtype).cuda()
     buffers = ops.allocate_refit_buffers(experts, n, k, "cuda")
     for t in (buffers.codes, buffers.block_scales, buffers.scale):
@@ -274,6 +279,12 @@ def _refit_check(experts, n, k, dtype, seed):
 @pytest.mark.parametrize("experts,n,k", [(1, 1, 16), (5, 33, 96), (3, 7, 4096), (9, 129, 768)])
 def test_refit_bitexact(refit_variant, dtype, experts, n, k):
     _refit_check(experts, n, k, dtype, seed=experts * n + k)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])  # fp16 cannot hold either scale
+def test_refit_experts_off_the_fast_scale_range(refit_variant, dtype):
+    """Experts whose scale is outside the branch-free block path's range, beside ordinary ones in one call."""
+    _refit_check(6, 40, 512, dtype, seed=5, off_fast_range=True)
 
 
 @pytest.mark.parametrize("grid,per_group", [(6, 2), (7, 2), (5, 5)])

@@ -75,6 +75,65 @@ __device__ __forceinline__ float refit_v6_expert_amax(unsigned long long* ready,
   return amax;
 }
 
+// Blocks per lane and pass of the fast slice loop: as many as the registers of one CTA per SM allow (a 384-thread
+// CTA may use 168 per thread), so that a lane rounds several independent blocks at once. With 12 warps per SM the
+// kernel waited on dependent-instruction latency (Nsight Compute), which more warps cannot hide here: their
+// slices would shrink.
+__host__ __device__ constexpr int refit_v6_unroll(int cta) { return cta <= 256 ? 6 : cta <= 384 ? 4 : cta <= 512 ? 3 : 2; }
+
+// A warp's slice of expert e (count blocks from its slot, the expert's blocks first.. first + count) on the
+// branch-free path, kUnroll blocks per lane and pass. Lanes past the slice round a copy of its last block and
+// store nothing, so the blocks of a pass have no branch between them and their instructions interleave.
+template <typename T, int kUnroll>
+__device__ __forceinline__ void refit_v6_round_slice_fast(const T* slot, int count, int lane, const RefitExpertScale& scale,
+                                                          int e, int64_t first, int64_t per_expert,
+                                                          uint8_t* __restrict__ codes,
+                                                          uint8_t* __restrict__ block_scales) {
+  const int64_t base = static_cast<int64_t>(e) * (per_expert / 16) + first;  // global index of the slice's block 0
+  for (int i0 = lane; i0 < count; i0 += 32 * kUnroll) {
+    Vec8<T> v[kUnroll][2];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = min(i0 + 32 * u, count - 1);
+      v[u][0].load_shared(slot + i * 16);
+      v[u][1].load_shared(slot + i * 16 + 8);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const nvfp4::BlockStep step = block_step_fast(block16_abs_max<T>(v[u][0], v[u][1]), scale.s, scale.six_s_div);
+      uint4 unused_lo, unused_hi;
+      const uint2 q = quantize_block16_fast<T, false>(v[u][0], v[u][1], step, unused_lo, unused_hi);
+      const int i = i0 + 32 * u;
+      if (i < count) {
+        reinterpret_cast<uint2*>(codes)[base + i] = q;
+        block_scales[base + i] = step.scale_bits;
+      }
+    }
+  }
+}
+
+// The same slice through refit_quantize_block: a non-finite expert (reports its bad values) or a scale off the fast
+// range. Two blocks per lane and pass.
+template <typename T>
+__device__ __forceinline__ void refit_v6_round_slice(const T* slot, int count, int lane, const RefitExpertScale& scale,
+                                                     int e, int64_t first, int64_t per_expert, int k_dim,
+                                                     uint8_t* __restrict__ codes, uint8_t* __restrict__ block_scales,
+                                                     uint32_t* __restrict__ status) {
+  for (int i = lane; i < count; i += 64) {
+    const int j = i + 32;
+    Vec8<T> v[2][2];
+    v[0][0].load_shared(slot + i * 16);
+    v[0][1].load_shared(slot + i * 16 + 8);
+    if (j < count) {
+      v[1][0].load_shared(slot + j * 16);
+      v[1][1].load_shared(slot + j * 16 + 8);
+    }
+    refit_quantize_block<T>(v[0][0], v[0][1], scale, e, first + i, per_expert, k_dim, codes, block_scales, status);
+    if (j < count)
+      refit_quantize_block<T>(v[1][0], v[1][1], scale, e, first + j, per_expert, k_dim, codes, block_scales, status);
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void refit_warp_pipelined_v6(const typename Cfg::T* __restrict__ w,
                                                         uint8_t* __restrict__ codes,
@@ -145,18 +204,11 @@ __device__ __forceinline__ void refit_warp_pipelined_v6(const typename Cfg::T* _
     const RefitExpertScale scale = refit_expert_scale(expert_amax);
     if (scale.finite && first == 0 && lane == 0) scales[q] = scale.s;
     const T* slot = ring + (q % stages) * slot_elems;
-    for (int i = lane; i < count; i += 64) {  // two blocks per lane and pass: independent work to interleave
-      const int j = i + 32;
-      Vec8<T> v[2][2];
-      v[0][0].load_shared(slot + i * 16);
-      v[0][1].load_shared(slot + i * 16 + 8);
-      if (j < count) {
-        v[1][0].load_shared(slot + j * 16);
-        v[1][1].load_shared(slot + j * 16 + 8);
-      }
-      refit_quantize_block<T>(v[0][0], v[0][1], scale, q, first + i, per_expert, k_dim, codes, block_scales, status);
-      if (j < count)
-        refit_quantize_block<T>(v[1][0], v[1][1], scale, q, first + j, per_expert, k_dim, codes, block_scales, status);
+    if (scale.finite && scale.fast) {  // the usual expert: every block on the branch-free path
+      refit_v6_round_slice_fast<T, refit_v6_unroll(Cfg::CTA)>(slot, count, lane, scale, q, first, per_expert, codes,
+                                                              block_scales);
+    } else {
+      refit_v6_round_slice<T>(slot, count, lane, scale, q, first, per_expert, k_dim, codes, block_scales, status);
     }
     __syncwarp();  // every lane is done with the slot before it is refilled
     if (lane == 0) fetch(q + stages);
