@@ -81,7 +81,7 @@ __device__ __forceinline__ float refit_v6_expert_amax(unsigned long long* ready,
 // slices would shrink.
 __host__ __device__ constexpr int refit_v6_unroll(int cta) { return cta <= 256 ? 6 : cta <= 384 ? 4 : cta <= 512 ? 3 : 2; }
 
-// A warp's slice of expert e (count blocks from its slot, the expert's blocks first.. first + count) on the
+// A warp's slice of expert e (count blocks from its slot: the expert's blocks first .. first + count - 1) on the
 // branch-free path, kUnroll blocks per lane and pass. Lanes past the slice round a copy of its last block and
 // store nothing, so the blocks of a pass have no branch between them and their instructions interleave.
 template <typename T, int kUnroll>

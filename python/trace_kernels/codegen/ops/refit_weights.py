@@ -59,7 +59,7 @@ def _spec(dtype, variant: str, cta: int) -> KernelSpec:
         op=NAME,
         name=kernel_name(NAME, *variant_parts(short, variant), *threads_part),
         template=TEMPLATE,
-        # v6: one CTA per SM, so ptxas may use 85 registers at 768 threads, 170 at 384 (without the bound it capped
+        # v6: one CTA per SM, so ptxas may use 85 registers at 768 threads, 168 at 384 (without the bound it capped
         # itself at 64 and spilled)
         params={"cuda_type": CUDA_TYPES[short], "cta": cta, "slots": slots, "variant": int(variant[1:]),
                 "min_blocks": 1 if variant == "v6" else 0},
