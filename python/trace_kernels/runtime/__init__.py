@@ -10,9 +10,10 @@ import threading
 
 from trace_kernels.codegen.spec import KernelSpec
 from trace_kernels.runtime.driver import CudaError, check, ensure_context, multiprocessor_count
+from trace_kernels.runtime.graphs import capture_graph
 from trace_kernels.runtime.kernel import CudaKernel, f32, i32, i64, ptr, struct, u32
 
-__all__ = ["CudaError", "CudaKernel", "check", "ensure_context", "f32", "i32", "i64", "kernel_for",
+__all__ = ["CudaError", "CudaKernel", "capture_graph", "check", "ensure_context", "f32", "i32", "i64", "kernel_for",
            "multiprocessor_count", "ptr", "struct", "u32"]
 
 _kernels: dict[str, CudaKernel] = {}

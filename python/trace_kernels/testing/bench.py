@@ -13,6 +13,8 @@ from typing import Callable
 
 import torch
 
+from trace_kernels.runtime.graphs import capture_graph
+
 
 def time_graph(fn: Callable[[int], None], variants: int, *, replays: int = 20, warmup: int = 3) -> float:
     """Median milliseconds per call of fn(i) for i in range(variants), measured over graph replays.
@@ -26,7 +28,7 @@ def time_graph(fn: Callable[[int], None], variants: int, *, replays: int = 20, w
     stream = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph, stream=stream):
+        with capture_graph(graph, stream=stream):
             for i in range(variants):
                 fn(i)
     except Exception:  # capture unsupported (e.g. a cooperative launch on an old driver)

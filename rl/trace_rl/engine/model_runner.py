@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from trace_kernels.runtime.graphs import capture_graph
 from trace_rl.engine.block_manager import BlockManager
 from trace_rl.engine.kernel_layout import GuidanceLayout, GuidanceParts
 from trace_rl.engine.kernel_moe import (EMULATED_OPS, KERNEL_OPS, KernelDecodeAttention, KernelQuantizer,
@@ -213,7 +214,7 @@ class _DecodeGraph:
                 runner.forward(self.static)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=runner.graph_pool):
+        with capture_graph(self.graph, pool=runner.graph_pool):  # the cyclic GC paused: see capture_graph
             self.logits, self.topk, self.arena = runner.forward(self.static)
 
     def replay(self, x: StepInputs) -> tuple[Tensor, list[Tensor], Tensor | None]:
