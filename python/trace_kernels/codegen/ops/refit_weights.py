@@ -27,8 +27,8 @@ CTA = 256
 VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
 # v6's threads per CTA (one CTA per SM: its rings take the shared memory), read at call time like VARIANT. Fewer warps
 # give each warp a larger slice of every expert, so its per-expert work (amax publish, ready check, scale) is spread
-# over more blocks. 384 and 512 were 1-3 points of copy faster than the first build's 768 from 16 MB to 1 GB on the
-# H200, 256 slower (docs/toolchain.md, "refit v6"). 768 keeps that build's kernel name; others add "t<threads>".
+# over more blocks. 384 and 512 were the fastest from 64 MB to 1 GB on the H200, 4-5 points of copy ahead of the first
+# build's 768 (docs/toolchain.md, "refit v6"). 768 keeps that build's kernel name; others add "t<threads>".
 V6_THREADS = 384
 V6_THREAD_CHOICES = (256, 384, 512, 768)
 VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
