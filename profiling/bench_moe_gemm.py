@@ -37,6 +37,7 @@ from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_layout import CODE_RECORD_BYTES, SCALE_RECORD_BYTES, MoEWeights
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import random_topk
+from trace_kernels.runtime import capture_graph
 from trace_kernels.testing.provenance import git_commit, utc_now
 
 
@@ -68,7 +69,7 @@ class Timer:
         if graph:
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
+            with capture_graph(g):
                 fn()
             fn = g.replay
             fn()

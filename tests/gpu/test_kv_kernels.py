@@ -9,6 +9,7 @@ from trace_kernels import attention, kv_cache, kv_codes, kv_testing, nvfp4
 from trace_kernels.codegen.ops import decode_attention as decode_attention_codegen
 from trace_kernels.kv_append import kv_append, kv_append_reference
 from trace_kernels.kv_gather import kv_gather, kv_gather_reference
+from trace_kernels.runtime import capture_graph
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -252,7 +253,7 @@ def test_decode_attention_cuda_graph(variant):
     ref = attention.decode_attention(q, k_dev, v_dev, table, lens, variant=variant)
     graph = torch.cuda.CUDAGraph()
     attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False, variant=variant)  # warm up
-    with torch.cuda.graph(graph):
+    with capture_graph(graph):
         out = attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False, variant=variant)
     out.fill_(float("nan"))
     graph.replay()
@@ -315,7 +316,7 @@ def test_kv_gather_cuda_graph():
     table, lens = case.block_table.to(DEV), case.lengths.to(DEV)
     ref = kv_gather(k_dev, v_dev, table, lens)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture_graph(graph):
         out = kv_gather(k_dev, v_dev, table, lens, check_values=False)
     for t in out:
         t.fill_(float("nan"))

@@ -12,6 +12,7 @@ from trace_kernels import nvfp4
 from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TILE_TABLE, WS_TILE_TABLE, tile_for_rows
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import make_problem, make_weights, random_topk
+from trace_kernels.runtime import capture_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -205,7 +206,7 @@ def test_cuda_graph_replay_matches_eager(variant):
     layer()  # warm up: builds, loads, allocates the tile counters
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture_graph(graph):
         layer()
     for seed in (1, 2):
         fresh = problem("qwen3-30b-a3b", 64, 21 + seed)
@@ -251,7 +252,7 @@ def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
     for _ in range(3):
         assert torch.equal(layer(True), want)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture_graph(graph):
         layer(True)
     for seed in (1, 2):
         x.copy_(problem("qwen3-30b-a3b", tokens, 40 + tokens + seed).x)

@@ -19,6 +19,7 @@ from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
 from trace_kernels.codegen.ops import quantize as codegen_quantize
 from trace_kernels.codegen.ops import refit_weights as codegen_refit
 from trace_kernels.ops.guided_fake_quantize import reference_counters
+from trace_kernels.runtime import capture_graph
 from trace_kernels.runtime import kernel as runtime_kernel
 from trace_kernels.runtime import kernel_for as runtime_kernel_for
 
@@ -382,7 +383,7 @@ def test_refit_graph_replay_keeps_addresses(refit_variant):
     buffers = ops.allocate_refit_buffers(4, 64, 256, "cuda")
     ops.refit_weights(w, buffers)  # warm up (build, status buffer) outside the capture
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture_graph(graph):
         ops.refit_weights(w, buffers)
     w.copy_(torch.randn_like(w))
     graph.replay()

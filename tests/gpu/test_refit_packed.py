@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from trace_kernels import moe_layout, ops
+from trace_kernels.runtime import capture_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -99,7 +100,7 @@ def test_refit_twice_and_graph_replay_keep_addresses():
     ops.refit_weights_packed_(src, dst, groups=2)  # warm-up outside the capture (JIT, workspace pool)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture_graph(graph):
         ops.refit_weights_packed_(src, dst, groups=2)
     src.copy_(w2)
     graph.replay()
