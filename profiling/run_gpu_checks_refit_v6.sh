@@ -25,11 +25,11 @@ sanitize memcheck 80 "$DIR/memcheck.log" python3 -m pytest -q -p no:cacheprovide
 sanitize racecheck 80 "$DIR/racecheck.log" python3 -m pytest -q -p no:cacheprovider "${V6_TESTS[@]}"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   timeout 150 python3 profiling/bench_memory_kernels.py --select refit_weights:v2,refit_weights:v6 \
-    --refit-v6-threads "${V6_THREADS:-768}" --sizes-mb 16,64,256,1024 --copy-study-mb "" --no-host-overhead \
+    --refit-v6-threads "${V6_THREADS:-384}" --sizes-mb 16,64,256,1024 --copy-study-mb "" --no-host-overhead \
     --out "$DIR/memory_refit_v6_$round.json" > "$DIR/bench_$round.log" 2>&1
   echo "bench $round exit $?"; grep -E "^copy|^refit" "$DIR/bench_$round.log"
 done
 [ "${ENGINE:-0}" = 1 ] && [ "$(left)" -gt 150 ] && gpu_tests $(( $(left) - 70 )) "$DIR/engine_tests.log" \
   tests/rl/test_engine_gpu.py tests/rl/test_engine_kernels.py
 [ "${NCU:-1}" = 1 ] && [ "$(left)" -gt 60 ] && ncu_report "$DIR/ncu_refit_v6" $(( $(left) - 15 )) "refit_weights" \
-  python3 profiling/ncu_memory_case.py refit:v6 --mb 256 --v6-threads "${NCU_THREADS:-768}"
+  python3 profiling/ncu_memory_case.py refit:v6 --mb 256 --v6-threads "${NCU_THREADS:-384}"
