@@ -4,7 +4,7 @@ A collection that runs inside a capture runs finalizers there, and a CUDA call t
 invalidates it: the next launch fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. The rollout engine's decode
 graph failed that way in 4 of 4 runs of `pytest -m gpu tests/rl` on the H200, passed 3 of 3 with the collector
 off during its captures, and 5 of 5 with this helper (docs/rollout.md, "CUDA graphs and the garbage collector";
-which finalizer made the call was not found).
+which object's cleanup broke the capture was not found).
 """
 
 from __future__ import annotations
