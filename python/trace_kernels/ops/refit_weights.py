@@ -91,12 +91,13 @@ def plan_v4(device: int, kernel, experts: int, per_expert: int, tile_elems: int,
 V6_SHARED_RESERVED = 2048  # bytes of the opt-in shared memory left for v6's static mbarriers and counters
 
 
-def plan_v6(device: int, kernel, experts: int, per_expert: int, elem_bytes: int) -> tuple[int, int, int, int] | None:
+def plan_v6(device: int, kernel, experts: int, per_expert: int, elem_bytes: int,
+            threads: int | None = None) -> tuple[int, int, int, int] | None:
     """(grid, stages, lag, shared-memory bytes) for v6, or None when too few slots of a warp's slice fit
-    in shared memory (then v2 runs). One CTA of `V6_THREADS` threads per SM, all co-resident; every warp gets
-    stages = min(8, what fits) slots of its slice (at least 3) and quantizes lag = (stages - 1) // 2
-    experts behind its amax, so stages - lag - 1 slices per warp stream ahead."""
-    threads = codegen_refit.V6_THREADS
+    in shared memory (then v2 runs). One CTA of `threads` (the kernel's; default `V6_THREADS`) per SM, all
+    co-resident; every warp gets stages = min(8, what fits) slots of its slice (at least 3) and quantizes
+    lag = (stages - 1) // 2 experts behind its amax, so stages - lag - 1 slices per warp stream ahead."""
+    threads = threads or codegen_refit.V6_THREADS
     warps = threads // 32
     grid = driver.multiprocessor_count(device)
     most = 8
@@ -165,7 +166,7 @@ def _launch(w, codes, block_scales, scales):
     threads = spec.launch["threads"]
     args = (w, codes, block_scales, scales)
     if spec.launch["variant"] == "v6":  # a shared-memory pipeline per warp; workspace: amax bits, CTAs arrived
-        v6 = plan_v6(device, kernel, experts, n * k, w.element_size())
+        v6 = plan_v6(device, kernel, experts, n * k, w.element_size(), threads)
         if v6 is not None:
             grid, stages, lag, smem = v6
             _launch_one(kernel, device, threads, grid, *args, 2 * experts, stages, lag, smem=smem)
