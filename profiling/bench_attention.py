@@ -265,13 +265,23 @@ def bench_extend(batch: int, context: int, new: int) -> dict:
     sdpa = lambda i: F.scaled_dot_product_attention(qt, k, v, attn_mask=mask, enable_gqa=True)  # noqa: E731
     ms_sdpa = time_eager(sdpa, 1, replays=10)
     ms_sdpa_graph = time_graph(sdpa, 1, replays=10)
-    del s, k, v
+    # The rollout engine's PagedAttention form: one mask per sequence [B, 1, Tq, S], boolean (SDPA converts it on
+    # every call) or additive in q's dtype (trace_rl's AttentionMask: built once per step for every layer).
+    per_batch = mask.expand(batch, 1, new, context).contiguous()
+    additive = torch.where(per_batch, qt.new_zeros(()), float("-inf"))
+    sdpa_bool = lambda i: F.scaled_dot_product_attention(qt, k, v, attn_mask=per_batch, enable_gqa=True)  # noqa: E731
+    sdpa_add = lambda i: F.scaled_dot_product_attention(qt, k, v, attn_mask=additive, enable_gqa=True)  # noqa: E731
+    if not torch.equal(sdpa_bool(0), sdpa_add(0)):
+        raise AssertionError("SDPA with the additive mask differs from SDPA with the boolean mask")
+    ms_bool_graph, ms_add_graph = time_graph(sdpa_bool, 1, replays=10), time_graph(sdpa_add, 1, replays=10)
+    del s, k, v, per_batch, additive
     torch.cuda.empty_cache()
     return {"batch": batch, "context": context, "new_tokens": new, "extend_nvfp4_ms": ms_ext,
             "extend_nvfp4_torch_gather_ms": ms_torch, "sdpa_bf16_contiguous_masked_ms": ms_sdpa,
             "ratio": ms_ext / ms_sdpa, "ratio_torch_gather": ms_torch / ms_sdpa,
             "extend_nvfp4_graph_ms": ms_ext_graph, "sdpa_bf16_contiguous_masked_graph_ms": ms_sdpa_graph,
-            "ratio_graph": ms_ext_graph / ms_sdpa_graph}
+            "ratio_graph": ms_ext_graph / ms_sdpa_graph,
+            "sdpa_per_sequence_bool_mask_graph_ms": ms_bool_graph, "sdpa_per_sequence_additive_mask_graph_ms": ms_add_graph}
 
 
 def print_gather(gather: list[dict], extend: list[dict]) -> None:
@@ -283,7 +293,8 @@ def print_gather(gather: list[dict], extend: list[dict]) -> None:
               f"(torch gather {e['extend_nvfp4_torch_gather_ms']:.2f}) vs SDPA BF16 "
               f"{e['sdpa_bf16_contiguous_masked_ms']:.2f} ms ({e['ratio']:.2f}x; torch gather {e['ratio_torch_gather']:.2f}x); "
               f"graph-replayed {e['extend_nvfp4_graph_ms']:.2f} vs {e['sdpa_bf16_contiguous_masked_graph_ms']:.2f} ms "
-              f"({e['ratio_graph']:.2f}x)")
+              f"({e['ratio_graph']:.2f}x); SDPA per-sequence mask, bool {e['sdpa_per_sequence_bool_mask_graph_ms']:.3f} vs "
+              f"additive {e['sdpa_per_sequence_additive_mask_graph_ms']:.3f} ms")
 
 
 def max_batch(length: int) -> dict:

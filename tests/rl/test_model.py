@@ -7,7 +7,7 @@ import torch
 
 from trace_kernels import nvfp4
 from trace_rl.config import ConfigError, MoEConfig, load_preset
-from trace_rl.model import MoEForCausalLM, grouped_linear, sort_by_expert
+from trace_rl.model import AttentionMask, MoEForCausalLM, grouped_linear, masked_attention, sort_by_expert
 from trace_rl.quant import RoundToNearest, fake_quantize_experts
 
 
@@ -118,6 +118,25 @@ def test_forced_experts_and_padding():
     for r in replay:
         r[:, -1] = -1
     torch.testing.assert_close(model(ids, forced_experts=replay).logits, plain.logits)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_masked_attention_is_sdpa_with_the_boolean_mask(dtype):
+    """The additive mask built once per dtype gives bitwise what SDPA computes from the boolean mask."""
+    g = torch.Generator().manual_seed(7)
+    B, Hq, Hkv, Tq, S, D = 3, 4, 2, 5, 9, 16
+    q = torch.randn(B, Hq, Tq, D, generator=g).to(dtype)
+    k, v = (torch.randn(B, Hkv, S, D, generator=g).to(dtype) for _ in range(2))
+    allowed = torch.rand(B, Tq, S, generator=g) < 0.6
+    allowed[:, :, 0] = True  # every query sees a key
+    allowed[1, 2] = False
+    allowed[1, 2, 3] = True  # a row with a single key
+    mask = AttentionMask(allowed)
+    out = masked_attention(q, k, v, mask)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], enable_gqa=True)
+    assert torch.equal(out, want)
+    assert mask.additive(dtype) is mask.additive(dtype)  # built once for every layer
+    assert mask.additive(dtype).dtype == dtype and torch.equal(mask.additive(dtype) == 0, allowed)
 
 
 def test_grouped_linear_and_dispatch():

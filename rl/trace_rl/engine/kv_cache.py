@@ -22,7 +22,7 @@ from torch import Tensor
 
 from trace_kernels import kv_codes, nvfp4
 from trace_kernels.kv_gather import kv_gather
-from trace_rl.model.layers import masked_attention
+from trace_rl.model.layers import AttentionMask, masked_attention
 
 
 _SIGNED_E2M1 = tuple(nvfp4.E2M1_MAGNITUDES) + tuple(-v for v in nvfp4.E2M1_MAGNITUDES)  # code 0..15
@@ -123,7 +123,7 @@ class PagedAttention:
         offs = torch.arange(P, device=block_tables.device)
         self.slot_table = (block_tables[:, :, None] * P + offs).reshape(B, nblk * P)  # [B, S]
         key_pos = torch.arange(nblk * P, device=block_tables.device)
-        self.allowed = key_pos[None, None, :] <= query_pos[:, :, None]  # [B, Tq, S]
+        self.mask = AttentionMask(key_pos[None, None, :] <= query_pos[:, :, None])  # [B, Tq, S]
         self.B, self.Tq = B, query_pos.shape[1]
 
     def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -139,5 +139,5 @@ class PagedAttention:
         q_pad = q.new_zeros(self.B, self.Tq, *q.shape[1:])  # [B, Tq, Hq, D]
         q_pad[self.q_row, self.q_col] = q
         out = masked_attention(q_pad.transpose(1, 2), keys.transpose(1, 2).to(q.dtype),
-                               values.transpose(1, 2).to(q.dtype), self.allowed)
+                               values.transpose(1, 2).to(q.dtype), self.mask)
         return out.transpose(1, 2)[self.q_row, self.q_col]  # [N, Hq, D]

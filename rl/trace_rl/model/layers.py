@@ -84,12 +84,30 @@ class DenseMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def masked_attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
-    """q [B, Hq, Tq, D], k/v [B, Hkv, S, D], allowed bool [B, Tq, S] -> [B, Hq, Tq, D].
+class AttentionMask:
+    """Which keys each query sees, for every layer of one forward (or engine step).
+
+    allowed bool [B, Tq, S]. SDPA turns a boolean mask into an additive one (0 / -inf in q's dtype,
+    two elementwise kernels) on every call; ``additive`` builds that once per dtype, in one kernel,
+    and the layers share it. The attention is bitwise what the boolean mask gives."""
+
+    def __init__(self, allowed: Tensor):
+        self.allowed = allowed
+        self._additive: dict[torch.dtype, Tensor] = {}
+
+    def additive(self, dtype: torch.dtype) -> Tensor:  # [B, Tq, S]
+        if dtype not in self._additive:
+            zero = torch.zeros((), dtype=dtype, device=self.allowed.device)
+            self._additive[dtype] = torch.where(self.allowed, zero, float("-inf"))
+        return self._additive[dtype]
+
+
+def masked_attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
+    """q [B, Hq, Tq, D], k/v [B, Hkv, S, D] (q's dtype), mask over [B, Tq, S] -> [B, Hq, Tq, D].
 
     Every query row must allow at least one key (its own position). Query head h reads kv head
     h // (Hq / Hkv) (SDPA's enable_gqa; no repeated K/V copies)."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None],
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.additive(q.dtype)[:, None],
                                           enable_gqa=q.shape[1] != k.shape[1])
 
 
@@ -104,9 +122,10 @@ class DenseAttention:
         real = torch.zeros(B, T, dtype=torch.bool, device=b_idx.device)
         real[b_idx, t_idx] = True
         causal = torch.ones(T, T, dtype=torch.bool, device=b_idx.device).tril()
-        self.allowed = causal[None] & real[:, None, :]  # [B, T, T]
+        allowed = causal[None] & real[:, None, :]  # [B, T, T]
         # padding query rows: let them see column 0 so softmax stays finite (outputs are dropped)
-        self.allowed[:, :, 0] |= ~real
+        allowed[:, :, 0] |= ~real
+        self.mask = AttentionMask(allowed)
 
     def _pad(self, x: Tensor) -> Tensor:  # [N, H, D] -> [B, H, T, D]
         out = x.new_zeros(self.B, self.T, *x.shape[1:])
@@ -114,5 +133,5 @@ class DenseAttention:
         return out.transpose(1, 2)
 
     def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        out = masked_attention(self._pad(q), self._pad(k), self._pad(v), self.allowed)
+        out = masked_attention(self._pad(q), self._pad(k), self._pad(v), self.mask)
         return out.transpose(1, 2)[self.b_idx, self.t_idx]  # [N, Hq, D]
