@@ -139,7 +139,19 @@ def bench_sdpa(batch: int, length: int, l2: int, max_sets: int = 4) -> dict:
     return {"ms": ms, "bytes": bytes_moved, "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
-APPEND_SLOTS = ("random", "contiguous")  # token t -> a random slot (decode: one token per sequence) / slot t (prefill)
+# token t -> a random slot (decode: one token per sequence) / slot t (a prefill into consecutive pages) / slot t % P
+# of a random page (a prefill into a fragmented cache: pages shuffled, tokens in position order inside each)
+APPEND_SLOTS = ("random", "contiguous", "pages")
+
+
+def append_slot_mapping(slots: str, tokens: int, pages: int) -> torch.Tensor:
+    """int64 [tokens] on the GPU: where token t is appended, by pattern (APPEND_SLOTS)."""
+    if slots == "contiguous":
+        return torch.arange(tokens, device="cuda")
+    if slots == "pages":
+        t = torch.arange(tokens, device="cuda")
+        return torch.randperm(pages, device="cuda")[t // P] * P + t % P
+    return torch.randperm(pages * P, device="cuda")[:tokens].contiguous()
 
 
 def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | None = None,
@@ -147,14 +159,9 @@ def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | 
     pages = -(-tokens // P)
     caches = (random_pages(fmt, pages), random_pages(fmt, pages))
     sets = 2
-
-    def slot_mapping():
-        if slots == "contiguous":
-            return torch.arange(tokens, device="cuda")
-        return torch.randperm(pages * P, device="cuda")[:tokens].contiguous()
-
     xs = [(torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"),
-           torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"), slot_mapping()) for _ in range(sets)]
+           torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"), append_slot_mapping(slots, tokens, pages))
+          for _ in range(sets)]
     fn = lambda i: kv_append(xs[i][0], xs[i][1], xs[i][2], *caches, guidance=guidance, check_values=False,  # noqa: E731
                              variant=variant)
     ms = time_graph(fn, sets)
@@ -175,8 +182,7 @@ def bench_scatter_writes(tokens: int, slots: str) -> dict:
     # 8-byte elements (every row is a multiple of 8 bytes): torch's index kernels move one element per thread
     dsts = [torch.empty(pages * P, n // 8, dtype=torch.int64, device="cuda") for n in row_bytes for _ in range(2)]
     srcs = [torch.randint(-2**62, 2**62, (tokens, d.shape[1]), dtype=torch.int64, device="cuda") for d in dsts]
-    maps = [torch.arange(tokens, device="cuda") if slots == "contiguous"
-            else torch.randperm(pages * P, device="cuda")[:tokens].contiguous() for _ in range(2)]
+    maps = [append_slot_mapping(slots, tokens, pages) for _ in range(2)]
 
     def fn(i):
         for dst, src in zip(dsts, srcs):
@@ -412,7 +418,8 @@ def main() -> None:
     parser.add_argument("--append-only", action="store_true",
                         help="only kv_append (the --append-variants with and without guidance, BF16) at 64K and 256K tokens")
     parser.add_argument("--append-slots", default="random",
-                        help="comma list of slot patterns for --append-only: random (decode), contiguous (prefill)")
+                        help="comma list of slot patterns for --append-only: random (decode), contiguous (prefill), "
+                             "pages (prefill into shuffled pages)")
     parser.add_argument("--append-variants", default=",".join(APPEND_VARIANTS),
                         help="comma list of NVFP4 kv_append variants (kv_append.py: b1, b2, b4, + p, + _cta128, ...)")
     parser.add_argument("--extend-only", action="store_true",
