@@ -41,19 +41,19 @@ CARD_BYTES = 141e9
 LAYERS_30B = 48  # Qwen3-30B-A3B layers (Hkv=4, D=128)
 
 
-def token_head_bytes(fmt: str) -> int:
-    return (D // 2 + D // 16 + 4) if fmt == "nvfp4" else 2 * D
+def token_head_bytes(fmt: str, d: int = D) -> int:
+    return (d // 2 + d // 16 + 4) if fmt == "nvfp4" else 2 * d
 
 
-def random_pages(fmt: str, num_pages: int) -> object:
+def random_pages(fmt: str, num_pages: int, hkv: int = HKV, d: int = D) -> object:
     if fmt == "nvfp4":
-        shape = (num_pages, P, HKV)
-        codes = torch.randint(0, 256, (*shape, D // 2), dtype=torch.uint8, device="cuda")
+        shape = (num_pages, P, hkv)
+        codes = torch.randint(0, 256, (*shape, d // 2), dtype=torch.uint8, device="cuda")
         # E4M3 bytes 0x30..0x5F: positive normal scales 2^-1 .. 2^4 range, never NaN
-        scales = torch.randint(0x30, 0x60, (*shape, D // 16), dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+        scales = torch.randint(0x30, 0x60, (*shape, d // 16), dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
         row = torch.rand(shape, device="cuda") * 1e-3 + 1e-4
         return kv_cache.NVFP4Pages(codes, scales, row)
-    return kv_cache.BF16Pages(torch.randn(num_pages, P, HKV, D, dtype=torch.bfloat16, device="cuda"))
+    return kv_cache.BF16Pages(torch.randn(num_pages, P, hkv, d, dtype=torch.bfloat16, device="cuda"))
 
 
 def make_set(fmt: str, batch: int, length: int, generator: torch.Generator) -> dict:
@@ -155,21 +155,21 @@ def append_slot_mapping(slots: str, tokens: int, pages: int) -> torch.Tensor:
 
 
 def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | None = None,
-                 slots: str = "random") -> dict:
+                 slots: str = "random", hkv: int = HKV, d: int = D) -> dict:
     pages = -(-tokens // P)
-    caches = (random_pages(fmt, pages), random_pages(fmt, pages))
+    caches = (random_pages(fmt, pages, hkv, d), random_pages(fmt, pages, hkv, d))
     sets = 2
-    xs = [(torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"),
-           torch.randn(tokens, HKV, D, dtype=torch.bfloat16, device="cuda"), append_slot_mapping(slots, tokens, pages))
+    xs = [(torch.randn(tokens, hkv, d, dtype=torch.bfloat16, device="cuda"),
+           torch.randn(tokens, hkv, d, dtype=torch.bfloat16, device="cuda"), append_slot_mapping(slots, tokens, pages))
           for _ in range(sets)]
     fn = lambda i: kv_append(xs[i][0], xs[i][1], xs[i][2], *caches, guidance=guidance, check_values=False,  # noqa: E731
                              variant=variant)
     ms = time_graph(fn, sets)
-    rows = 2 * tokens * HKV
-    written = rows * token_head_bytes(fmt) + (rows * (4 + D // 16 + D // 8) if guidance else 0)
-    bytes_moved = rows * D * 2 + written + tokens * 8
+    rows = 2 * tokens * hkv
+    written = rows * token_head_bytes(fmt, d) + (rows * (4 + d // 16 + d // 8) if guidance else 0)
+    bytes_moved = rows * d * 2 + written + tokens * 8
     return {"format": fmt, "guidance": guidance, "variant": variant or "default", "tokens": tokens, "slots": slots,
-            "ms": ms, "bytes": bytes_moved,
+            "hkv": hkv, "d": d, "ms": ms, "bytes": bytes_moved,
             "tb_per_s": bytes_moved / (ms * 1e-3) / 1e12}
 
 
@@ -198,15 +198,16 @@ APPEND_VARIANTS = ("b1", "b2", "b4", "b2_cta128")  # b2_cta128: the default (kv_
 
 
 def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,), variants=APPEND_VARIANTS,
-                          slot_patterns=("random",)) -> list[dict]:
+                          slot_patterns=("random",), heads=((HKV, D),)) -> list[dict]:
     """kv_append NVFP4 variants (b1, b2 = default, b4: one, two, four blocks per thread; ...; without
-    and with guidance) and BF16 pages, at each token count and slot pattern (APPEND_SLOTS);
-    fraction_of_copy against copy_bw (bytes/s)."""
+    and with guidance) and BF16 pages, at each (kv heads, head_dim), token count and slot pattern
+    (APPEND_SLOTS); fraction_of_copy against copy_bw (bytes/s)."""
     rows = []
-    for slots in slot_patterns:
-        for tokens in tokens_list:
-            rows += [bench_append("nvfp4", tokens, g, l2, v, slots) for v in variants for g in (False, True)]
-            rows.append(bench_append("bf16", tokens, False, l2, slots=slots))
+    for hkv, d in heads:
+        for slots in slot_patterns:
+            for tokens in tokens_list:
+                rows += [bench_append("nvfp4", tokens, g, l2, v, slots, hkv, d) for v in variants for g in (False, True)]
+                rows.append(bench_append("bf16", tokens, False, l2, slots=slots, hkv=hkv, d=d))
     for r in rows:
         r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
     return rows
@@ -215,6 +216,7 @@ def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,), varian
 def print_append(rows: list[dict]) -> None:
     for r in rows:
         print(f"kv_append {r['format']:>5} {r['variant']:>7} guidance={r['guidance']!s:5} {r['tokens']:>7} tokens "
+              f"{r.get('hkv', HKV)}x{r.get('d', D)} "
               f"{r.get('slots', 'random'):>10} slots: "
               f"{r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s ({r['fraction_of_copy']:.0%} of copy)")
 
@@ -420,6 +422,9 @@ def main() -> None:
     parser.add_argument("--append-slots", default="random",
                         help="comma list of slot patterns for --append-only: random (decode), contiguous (prefill), "
                              "pages (prefill into shuffled pages)")
+    parser.add_argument("--append-heads", default=f"{HKV}x{D}",
+                        help="comma list of KVHEADSxHEAD_DIM for --append-only (e.g. 4x128,8x64: the same elements "
+                             "per token, FP32 row scales of 16 vs 32 bytes per token)")
     parser.add_argument("--append-variants", default=",".join(APPEND_VARIANTS),
                         help="comma list of NVFP4 kv_append variants (kv_append.py: b1, b2, b4, + p, + _cta128, ...)")
     parser.add_argument("--extend-only", action="store_true",
@@ -445,7 +450,8 @@ def main() -> None:
         patterns = [s for s in args.append_slots.split(",") if s]
         if any(s not in APPEND_SLOTS for s in patterns):
             parser.error(f"--append-slots: each of {APPEND_SLOTS}")
-        append = bench_append_variants(l2, copy_bw, (65536, 262144), args.append_variants.split(","), patterns)
+        heads = [tuple(int(x) for x in h.split("x")) for h in args.append_heads.split(",") if h]
+        append = bench_append_variants(l2, copy_bw, (65536, 262144), args.append_variants.split(","), patterns, heads)
         scatter = [bench_scatter_writes(262144, s) for s in patterns]
         for r in scatter:
             r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
@@ -453,7 +459,7 @@ def main() -> None:
                   f"{r['tb_per_s']:.2f} TB/s ({r['fraction_of_copy']:.0%} of copy)")
         save({"gpu": props.name, "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
               "command": f"python profiling/bench_attention.py --append-only --append-variants {args.append_variants} "
-                         f"--append-slots {args.append_slots} --out {args.out}",
+                         f"--append-slots {args.append_slots} --append-heads {args.append_heads} --out {args.out}",
               "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
               "kv_append": append, "scatter_writes": scatter}, args.out)
         print_append(append)
