@@ -13,6 +13,10 @@ over CUDA-graph replays of calls rotating over fresh input sets (working set >= 
 host overhead nor L2 reuse flatters a kernel. refit_weights v2 reads w twice (an amax pass and a
 quantize pass): its rows also carry "moved_bytes" (4.56 B/element instead of 2.56) and the
 bandwidth on those, but the target is judged on minimal bytes, as for every kernel.
+refit_weights is timed twice: on fresh random weights (every expert's amax differs from the previous call's), and
+"steady" (--no-refit-steady skips it): sets that are one expert-weight tensor after different small steps (most
+elements moved by about 1%, every expert's largest |w| kept), as an RL policy sync sees them from step to step.
+Refit v7 takes the previous call's scales as a guess, so the first is its worst case and the second its usual one.
 Copy = torch copy_ of the same input bytes (read + write counted). Target: >= 85% of the copy
 bandwidth at >= 64 MB.
 
@@ -87,6 +91,22 @@ def min_cta(cta: int):
         yield
     finally:
         codegen_quantize.MIN_CTA = saved
+
+
+def steady_weight_sets(base: torch.Tensor, sets: int) -> list[torch.Tensor]:
+    """`sets` tensors like base [E, N, K]: base after different small steps (each element moved by ~1% of itself, BF16
+    rounding included) that keep every expert's amax at the same element, as consecutive RL policy syncs see it."""
+    experts = base.shape[0]
+    rows = torch.arange(experts, device=base.device)
+    amax = base.float().abs().amax(dim=(1, 2), keepdim=True)  # [E, 1, 1]
+    arg = base.float().abs().view(experts, -1).argmax(dim=1)  # [E]
+    out = []
+    for _ in range(sets):
+        w = base.float()
+        w = (w + torch.randn_like(w) * 1e-2 * w.abs()).clamp_(-amax, amax).to(base.dtype)
+        w.view(experts, -1)[rows, arg] = base.view(experts, -1)[rows, arg]
+        out.append(w)
+    return out
 
 
 def bench_size(size: int, l2: int, args) -> list[dict]:
@@ -172,6 +192,12 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
                     extra["host_us"] = host_overhead_us(lambda: ops.refit_weights(ws[0], buffers))
                 record(f"refit_weights [{label}]", time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets),
                        r_bytes, extra)
+                if args.refit_steady:
+                    steady = steady_weight_sets(ws[0], w_sets)
+                    record(f"refit_weights steady [{label}]",
+                           time_graph(lambda i: ops.refit_weights(steady[i], buffers), w_sets), r_bytes,
+                           {**extra, "inputs": "steady"})
+                    del steady
     if size in SWEEP_SIZES and wanted(args, "refit_sweep"):  # v1: experts refitted at once (groups); default "auto"
         from trace_kernels.runtime import driver, kernel_for
         refit = importlib.import_module("trace_kernels.ops.refit_weights")
@@ -230,6 +256,8 @@ def main(argv=None) -> int:
                              "V7_GEOMETRY)")
     parser.add_argument("--refit-v6-threads", default=str(codegen_refit.V6_THREADS), metavar="N,...",
                         help=f"refit v6's threads per CTA, one row each (of {codegen_refit.V6_THREAD_CHOICES})")
+    parser.add_argument("--no-refit-steady", dest="refit_steady", action="store_false",
+                        help="skip the refit rows on steady weights (an RL step's: every expert's amax kept)")
     parser.add_argument("--out", default="profiling/results/memory_kernels_h200.json")
     args = parser.parse_args(argv)
     args.refit_v6_threads = [int(t) for t in args.refit_v6_threads.split(",") if t]

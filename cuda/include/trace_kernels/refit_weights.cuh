@@ -19,6 +19,8 @@
 // v4 (refit_weights_v4.cuh): one cooperative launch, one DRAM read, tiles waiting for their expert's
 // amax in shared memory. v5 (refit_weights_v5.cuh): one ordinary launch, a work queue that
 // interleaves the amax stream of the next chunk of experts with the quantize of the previous one.
+// v6 (refit_weights_v6.cuh): a shared-memory pipeline per warp. v7 (refit_weights_v7.cuh): v2's two launches,
+// the first quantizing with the previous refit's scale as a guess that the second checks.
 // refit_weights_kernel.cuh dispatches on the variant.
 #pragma once
 
@@ -37,7 +39,7 @@ struct RefitConfig {
   using T = T_;
   static constexpr int CTA = CTA_;
   static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ >= 1 && VARIANT_ <= 6, "variants: 1 .. 6");
+  static_assert(VARIANT_ >= 1 && VARIANT_ <= 7, "variants: 1 .. 7");
   static constexpr int kSlots = KSLOTS_;                   // half blocks per thread per tile (v2: per phase-0 tile)
   static constexpr int kQuantizeBlocks = KSLOTS_ / 2;      // v2 phase 1: whole blocks per thread
   static_assert(VARIANT_ == 1 || KSLOTS_ % 2 == 0, "v2/v3 quantize whole blocks (pairs of half blocks)");
@@ -214,14 +216,19 @@ struct RefitExpertScale {
   nvfp4::Divisor six_s_div;
 };
 
-__device__ __forceinline__ RefitExpertScale refit_expert_scale(float expert_amax) {
+// From the scale itself (refit v7's guess); finite exactly when the amax it came from is.
+__device__ __forceinline__ RefitExpertScale refit_scale_of(float s) {
   RefitExpertScale r;
-  r.finite = nvfp4::is_finite(expert_amax);
-  r.s = __fdiv_rn(expert_amax, nvfp4::kGlobalDivisor);
+  r.finite = nvfp4::is_finite(s);
+  r.s = s;
   r.six_s = nvfp4::kFp4Max * r.s;
   r.fast = row_scale_fast(r.s);
   r.six_s_div = nvfp4::make_divisor(r.six_s);
   return r;
+}
+
+__device__ __forceinline__ RefitExpertScale refit_expert_scale(float expert_amax) {
+  return refit_scale_of(__fdiv_rn(expert_amax, nvfp4::kGlobalDivisor));
 }
 
 // Block b (16 elements lo, hi) of expert e with the expert's finished scale: its 8 code bytes and E4M3

@@ -141,6 +141,22 @@ def launch_v2_pass(w, codes, block_scales, scales, workspace, phase: int) -> Non
                              i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
 
 
+def launch_v7(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
+    """refit v7's two launches: phase 0 over every tile (quantizing with each expert's previous scale as a guess),
+    phase 1 with enough CTAs per expert for one wave over all experts (they return at once where the guess held)."""
+    from trace_kernels.runtime import i32, i64, ptr
+    experts, n, k = w.shape
+    tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
+    settle = min(tiles, -(-resident_ctas(kernel, device, spec.launch["threads"]) // experts))
+    workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, phase 0's guess
+    with nvtx.annotate("refit_weights"):
+        for phase, grid in ((0, tiles), (1, settle)):
+            kernel.launch(device, (grid, experts), (spec.launch["threads"],),
+                          [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
+                           i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
+    after_launch(device)
+
+
 def _launch_one(kernel, device: int, threads: int, grid: int, w, codes, block_scales, scales, workspace_words: int,
                 plan_a: int, plan_b: int, smem: int = 0, cooperative: bool = True) -> None:
     """The one launch of v1 and v3..v6: a zeroed int32 workspace, the variant's two plan integers."""
@@ -165,6 +181,9 @@ def _launch(w, codes, block_scales, scales):
     kernel = kernel_for(spec)
     threads = spec.launch["threads"]
     args = (w, codes, block_scales, scales)
+    if spec.launch["variant"] == "v7":  # speculative: one read of w when every expert's scale is the previous one
+        launch_v7(kernel, spec, device, *args)
+        return
     if spec.launch["variant"] == "v6":  # a shared-memory pipeline per warp; workspace: amax bits, CTAs arrived
         v6 = plan_v6(device, kernel, experts, n * k, w.element_size(), threads)
         if v6 is not None:
@@ -266,7 +285,8 @@ def refit_weights(w: torch.Tensor, out: nvfp4.NVFP4Tensor) -> nvfp4.NVFP4Tensor:
     """Quantize expert weights w [E, N, K] into out's preallocated buffers in place; returns out.
 
     out[e] equals trace_kernels.nvfp4.quantize(w[e], scale="tensor") bit for bit. On NaN/Inf in an
-    expert the GPU leaves that expert's buffers unchanged and sets the status flag.
+    expert the GPU sets the status flag and leaves that expert's buffers unchanged (variant v7: sets its
+    block scales to E4M3 NaN instead, since its first pass may already have written part of the expert).
     """
     validate(w, out)
     nvfp4_refit_weights_op(w, out.codes, out.block_scales, out.scale)

@@ -10,7 +10,9 @@ with per-expert group barriers (measured on the H200, docs/toolchain.md), "v2" t
 stream of one chunk of experts with the quantize of the previous one, "v6" one cooperative launch of
 one CTA per SM (`V6_THREADS` threads) in which every warp pipelines its own slice of each expert
 through a shared-memory ring (bulk copies), publishing its amax through the CTA and quantizing once
-every CTA has published. `VARIANT` is what the op launches.
+every CTA has published, "v7" v2's two launches made speculative: the first quantizes with the
+scale the buffers hold from the previous refit while it takes the amax, the second requantizes only
+the experts whose scale changed. `VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
-VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6")
+VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
 # v6's threads per CTA (one CTA per SM: its rings take the shared memory), read at call time like VARIANT. Fewer warps
 # give each warp a larger slice of every expert, so its per-expert work (amax publish, ready check, scale) is spread
 # over more blocks. 384 and 512 were the fastest from 64 MB to 1 GB on the H200, 4-5 points of copy ahead of the first
