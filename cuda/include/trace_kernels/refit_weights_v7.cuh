@@ -3,10 +3,12 @@
 // An optimizer step rarely moves an expert's amax (the largest |w| of millions of BF16 weights changes only when
 // its own rounding flips), so the tensor scale the buffers already hold, from the previous refit, is almost always
 // the new one. Two plain launches of one kernel (grid y = experts, like v2):
-// phase 0 streams w once: every warp adds its part of a tile's amax to the expert's (workspace[2 e]) and, when the
+// phase 0 streams w once: every warp adds its part of a tile's amax to one of the expert's kRefitV7AmaxSlots words
+//   (workspace[e * kRefitV7AmaxSlots + j]: spread, so that the warps of concurrent tiles do not queue on one L2
+//   address) and, when the
 //   guess g = scales[e] is a positive finite scale that its part does not already disprove (its amax / 2688 > g),
 //   writes its codes and block scales as quantize(w[e], scale="tensor") would with s = g; no CTA barrier. Phase 0
-//   never writes scales; the first thread of tile 0 leaves g in workspace[2 e + 1] for phase 1.
+//   never writes scales; the first thread of tile 0 leaves g in workspace[E * kRefitV7AmaxSlots + e] for phase 1.
 // phase 1 settles each expert: if RN(amax / 2688) == g, every tile of phase 0 wrote exactly the reference's bytes
 //   and the CTAs return at once; otherwise they requantize the expert with its amax (v2's quantize tile, experts in
 //   reverse so the first re-reads hit what phase 0 left in L2), scales[e] included. Phase 1 is a programmatic
@@ -22,6 +24,8 @@
 
 namespace trace_kernels {
 
+constexpr int kRefitV7AmaxSlots = 16;  // workspace: E x 16 amax words, then E guesses (the host zeroes it)
+
 // The guess: a positive, finite tensor scale (allocate() zeroes the buffers, so a first refit has none).
 __device__ __forceinline__ bool refit_v7_guess_valid(float s) { return s > 0.f && s <= 3.402823466e38f; }
 
@@ -29,7 +33,8 @@ __device__ __forceinline__ bool refit_v7_guess_valid(float s) { return s > 0.f &
 template <class Cfg>
 __device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __restrict__ w, uint8_t* __restrict__ codes,
                                                    uint8_t* __restrict__ block_scales, const float* __restrict__ scales,
-                                                   uint32_t* __restrict__ workspace, int64_t per_expert, int k_dim,
+                                                   uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
+                                                   int k_dim,
                                                    uint32_t* __restrict__ status) {
   using T = typename Cfg::T;
   constexpr int kBlocks = Cfg::kQuantizeBlocks;
@@ -56,8 +61,11 @@ __device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __rest
 #pragma unroll
   for (int k = 0; k < kBlocks; ++k) amax = nvfp4::fmax_nan(amax, block16_abs_max<T>(v[k][0], v[k][1]));
   amax = warp_amax_nan(amax);
-  if (threadIdx.x % 32 == 0) atomicMax(workspace + 2 * e, __float_as_uint(amax) & 0x7fffffffu);  // NaN bits win
-  if (blockIdx.x == 0 && threadIdx.x == 0) workspace[2 * e + 1] = __float_as_uint(guess);
+  if (threadIdx.x % 32 == 0) {
+    const int slot = (blockIdx.x * (Cfg::CTA / 32) + threadIdx.x / 32) % kRefitV7AmaxSlots;
+    atomicMax(workspace + e * kRefitV7AmaxSlots + slot, __float_as_uint(amax) & 0x7fffffffu);  // NaN bits win
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) workspace[experts * kRefitV7AmaxSlots + e] = __float_as_uint(guess);
   // s(amax) = RN(amax / 2688) is monotone, so a warp whose own s exceeds the guess proves it wrong; a non-finite
   // part makes the expert non-finite. Either way phase 1 rewrites the expert, and this warp writes nothing.
   if (!refit_v7_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess) return;
@@ -78,8 +86,12 @@ __device__ __forceinline__ void refit_settle_v7(const typename Cfg::T* __restric
                                                 int k_dim, uint32_t* __restrict__ status) {
   const int e = experts - 1 - static_cast<int>(blockIdx.y);
   pdl::wait_for_prerequisite_grid();  // launched as a programmatic dependent of phase 0
-  const float expert_amax = __uint_as_float(__ldcg(workspace + 2 * e));
-  const float guess = __uint_as_float(__ldcg(workspace + 2 * e + 1));  // not scales[e]: tile 0 below rewrites it
+  uint32_t amax_bits = 0;
+#pragma unroll
+  for (int j = 0; j < kRefitV7AmaxSlots; ++j) amax_bits = max(amax_bits, __ldcg(workspace + e * kRefitV7AmaxSlots + j));
+  const float expert_amax = __uint_as_float(amax_bits);  // NaN bits win the max
+  // not scales[e]: tile 0 below rewrites it
+  const float guess = __uint_as_float(__ldcg(workspace + experts * kRefitV7AmaxSlots + e));
   const bool finite = nvfp4::is_finite(expert_amax);
   if (finite && refit_v7_guess_valid(guess) && __fdiv_rn(expert_amax, nvfp4::kGlobalDivisor) == guess) return;
   const int64_t blocks = per_expert / 16;
