@@ -6,7 +6,7 @@
 # Usage (repo root; carry .whl and .tkcache): OUT=$OUT bash profiling/run_gpu_checks_refit_v7.sh -> $OUT/refit_v7.tar
 set -uo pipefail
 OUT=${OUT:-runs/refit_v7}
-BUDGET=${BUDGET:-480}
+BUDGET=${BUDGET:-540}
 DIR="$OUT/refit_v7"
 mkdir -p "$DIR"
 source profiling/gpu_env.sh "$DIR/setup.log"

@@ -19,7 +19,7 @@ __device__ __forceinline__ void refit_weights_kernel(const typename Cfg::T* __re
                                                      uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
                                                      int k_dim, int plan_a, int plan_b, uint32_t* __restrict__ status) {
   if constexpr (Cfg::kVariant == 7) {
-    if (plan_b == 0) refit_speculate_v7<Cfg>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, status);
+    if (plan_b == 0) refit_speculate_v7<Cfg>(w, codes, block_scales, scales, workspace, per_expert, k_dim, status);
     else refit_settle_v7<Cfg>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, status);
   } else if constexpr (Cfg::kVariant == 6) {
     refit_warp_pipelined_v6<Cfg>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, plan_a, plan_b,

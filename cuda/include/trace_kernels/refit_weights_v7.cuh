@@ -3,28 +3,22 @@
 // An optimizer step rarely moves an expert's amax (the largest |w| of millions of BF16 weights changes only when
 // its own rounding flips), so the tensor scale the buffers already hold, from the previous refit, is almost always
 // the new one. Two plain launches of one kernel (grid y = experts, like v2):
-// phase 0 streams w once: every warp adds its part of a tile's amax to one of the expert's kRefitV7AmaxSlots words
-//   (workspace[e * kRefitV7AmaxSlots + j]: spread, so that the warps of concurrent tiles do not queue on one L2
-//   address) and, when the
-//   guess g = scales[e] is a positive finite scale that its part does not already disprove (its amax / 2688 > g),
-//   writes its codes and block scales as quantize(w[e], scale="tensor") would with s = g; no CTA barrier. Phase 0
-//   never writes scales; the first thread of tile 0 leaves g in workspace[E * kRefitV7AmaxSlots + e] for phase 1.
+// phase 0 streams w once: every tile adds its amax to the expert's (workspace[2 e]) and, when the guess
+//   g = scales[e] is a positive finite scale that the tile does not already disprove (its own amax / 2688 > g),
+//   writes its codes and block scales as quantize(w[e], scale="tensor") would with s = g. Phase 0 never writes
+//   scales; the CTA of tile 0 leaves g in workspace[2 e + 1] for phase 1.
 // phase 1 settles each expert: if RN(amax / 2688) == g, every tile of phase 0 wrote exactly the reference's bytes
 //   and the CTAs return at once; otherwise they requantize the expert with its amax (v2's quantize tile, experts in
-//   reverse so the first re-reads hit what phase 0 left in L2), scales[e] included. Phase 1 is a programmatic
-//   dependent launch: its CTAs start during phase 0's tail and wait for it before they read the workspace.
-//   A non-finite expert is reported and its block scales become E4M3 NaN: phase 0 may have overwritten part of it, so its previous weights are gone,
+//   reverse so the first re-reads hit what phase 0 left in L2), scales[e] included. A non-finite expert is reported
+//   and its block scales become E4M3 NaN: phase 0 may have overwritten part of it, so its previous weights are gone,
 //   and NaN scales leave no finite garbage behind (unlike v1..v6, which keep the previous weights).
 // Traffic: 2.56 bytes per element when every guess holds (v2: 4.56 always), 5.13 when every guess is valid but wrong
 // (first refit: buffers hold no positive scale, so phase 0 writes nothing and v7 moves v2's bytes).
 #pragma once
 
-#include "trace_kernels/pdl.cuh"
 #include "trace_kernels/refit_weights.cuh"
 
 namespace trace_kernels {
-
-constexpr int kRefitV7AmaxSlots = 16;  // workspace: E x 16 amax words, then E guesses (the host zeroes it)
 
 // The guess: a positive, finite tensor scale (allocate() zeroes the buffers, so a first refit has none).
 __device__ __forceinline__ bool refit_v7_guess_valid(float s) { return s > 0.f && s <= 3.402823466e38f; }
@@ -33,12 +27,11 @@ __device__ __forceinline__ bool refit_v7_guess_valid(float s) { return s > 0.f &
 template <class Cfg>
 __device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __restrict__ w, uint8_t* __restrict__ codes,
                                                    uint8_t* __restrict__ block_scales, const float* __restrict__ scales,
-                                                   uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
-                                                   int k_dim,
+                                                   uint32_t* __restrict__ workspace, int64_t per_expert, int k_dim,
                                                    uint32_t* __restrict__ status) {
   using T = typename Cfg::T;
   constexpr int kBlocks = Cfg::kQuantizeBlocks;
-  pdl::allow_dependent_launch();  // phase 1 reads nothing of this launch before its wait
+  __shared__ float warp_amax[Cfg::CTA / 32];
   const int e = blockIdx.y;
   const int64_t blocks = per_expert / 16;
   const T* we = w + static_cast<int64_t>(e) * per_expert;
@@ -60,14 +53,13 @@ __device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __rest
   float amax = 0.f;
 #pragma unroll
   for (int k = 0; k < kBlocks; ++k) amax = nvfp4::fmax_nan(amax, block16_abs_max<T>(v[k][0], v[k][1]));
-  amax = warp_amax_nan(amax);
-  if (threadIdx.x % 32 == 0) {
-    const int slot = (blockIdx.x * (Cfg::CTA / 32) + threadIdx.x / 32) % kRefitV7AmaxSlots;
-    atomicMax(workspace + e * kRefitV7AmaxSlots + slot, __float_as_uint(amax) & 0x7fffffffu);  // NaN bits win
+  amax = cta_amax<Cfg>(amax, warp_amax);
+  if (threadIdx.x == 0) {
+    atomicMax(workspace + 2 * e, __float_as_uint(amax) & 0x7fffffffu);  // NaN bits win
+    if (blockIdx.x == 0) workspace[2 * e + 1] = __float_as_uint(guess);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) workspace[experts * kRefitV7AmaxSlots + e] = __float_as_uint(guess);
-  // s(amax) = RN(amax / 2688) is monotone, so a warp whose own s exceeds the guess proves it wrong; a non-finite
-  // part makes the expert non-finite. Either way phase 1 rewrites the expert, and this warp writes nothing.
+  // s(amax) = RN(amax / 2688) is monotone, so a tile whose own s exceeds the guess proves it wrong; a non-finite
+  // tile makes the expert non-finite. Either way phase 1 rewrites the expert, and this tile writes nothing.
   if (!refit_v7_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess) return;
   const RefitExpertScale scale = refit_scale_of(guess);
 #pragma unroll
@@ -85,13 +77,8 @@ __device__ __forceinline__ void refit_settle_v7(const typename Cfg::T* __restric
                                                 const uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
                                                 int k_dim, uint32_t* __restrict__ status) {
   const int e = experts - 1 - static_cast<int>(blockIdx.y);
-  pdl::wait_for_prerequisite_grid();  // launched as a programmatic dependent of phase 0
-  uint32_t amax_bits = 0;
-#pragma unroll
-  for (int j = 0; j < kRefitV7AmaxSlots; ++j) amax_bits = max(amax_bits, __ldcg(workspace + e * kRefitV7AmaxSlots + j));
-  const float expert_amax = __uint_as_float(amax_bits);  // NaN bits win the max
-  // not scales[e]: tile 0 below rewrites it
-  const float guess = __uint_as_float(__ldcg(workspace + experts * kRefitV7AmaxSlots + e));
+  const float expert_amax = __uint_as_float(__ldcg(workspace + 2 * e));
+  const float guess = __uint_as_float(__ldcg(workspace + 2 * e + 1));  // not scales[e]: tile 0 below rewrites it
   const bool finite = nvfp4::is_finite(expert_amax);
   if (finite && refit_v7_guess_valid(guess) && __fdiv_rn(expert_amax, nvfp4::kGlobalDivisor) == guess) return;
   const int64_t blocks = per_expert / 16;

@@ -141,24 +141,19 @@ def launch_v2_pass(w, codes, block_scales, scales, workspace, phase: int) -> Non
                              i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
 
 
-V7_AMAX_SLOTS = 16  # refit_weights_v7.cuh: kRefitV7AmaxSlots
-
-
 def launch_v7(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
     """refit v7's two launches: phase 0 over every tile (quantizing with each expert's previous scale as a guess),
-    phase 1 (a programmatic dependent launch) with enough CTAs per expert for two waves over all experts (they
-    return at once where the guess held)."""
+    phase 1 with enough CTAs per expert for one wave over all experts (they return at once where the guess held)."""
     from trace_kernels.runtime import i32, i64, ptr
     experts, n, k = w.shape
     tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
-    settle = min(tiles, -(-2 * resident_ctas(kernel, device, spec.launch["threads"]) // experts))
-    # 16 amax words per expert (refit_weights_v7.cuh: kRefitV7AmaxSlots), then each expert's guess as phase 0 read it
-    workspace = torch.zeros(V7_AMAX_SLOTS * experts + experts, dtype=torch.int32, device=w.device)
+    settle = min(tiles, -(-resident_ctas(kernel, device, spec.launch["threads"]) // experts))
+    workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, phase 0's guess
     with nvtx.annotate("refit_weights"):
         for phase, grid in ((0, tiles), (1, settle)):
             kernel.launch(device, (grid, experts), (spec.launch["threads"],),
                           [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                           i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))], pdl=phase == 1)
+                           i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
     after_launch(device)
 
 
