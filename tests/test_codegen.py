@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -99,6 +101,16 @@ def test_refit_v6_threads_name_their_kernel(monkeypatch):
     monkeypatch.setattr(refit_weights, "V6_THREADS", 300)
     with pytest.raises(ValueError, match="300 threads"):
         refit_weights.spec("bf16", "v6")
+
+
+@pytest.mark.parametrize("value,expect", [("v7", "nvfp4_refit_weights_bf16_v7_sm90a"), ("v9", "TRACE_KERNELS_REFIT_VARIANT")])
+def test_refit_variant_from_the_environment(value, expect):
+    """TRACE_KERNELS_REFIT_VARIANT picks refit_weights' default launch when the module loads; an unknown one raises."""
+    code = "from trace_kernels.codegen.ops import refit_weights as r; print(r.spec('bf16').name)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "TRACE_KERNELS_REFIT_VARIANT": value})
+    assert expect in (result.stdout if value != "v9" else result.stderr)
+    assert (result.returncode == 0) == (value != "v9")
 
 
 def test_registry_discovers_op_modules():

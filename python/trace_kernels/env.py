@@ -36,10 +36,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("POISON_OUTPUTS", "0", "1: fill op outputs with 0xFF bytes (NaN / code 15) before each launch, so an "
                                 "unwritten element cannot pass a test"),
     Knob("CHECK_FINITE", "0", "1: check the non-finite status flag after every op (a host sync; debugging)"),
-    # read where they act (codegen.ops.moe_gemm, trace_rl.engine.sampler), listed here for `list --env`
+    # read where they act (codegen.ops.moe_gemm / refit_weights, trace_rl.engine.sampler), listed here for `list --env`
     Knob("MOE_VARIANT", "auto", "MoE GEMM tile table for calls without tile=: auto (ws below 1/8 routed row "
                                 "per expert, v1 beyond), v1, ws or auto_qa (auto, every fused gate_up "
                                 "quantized by the quantize kernel after the GEMM)"),
+    Knob("REFIT_VARIANT", "v2", "refit_weights kernel: v2 (an amax pass, then a quantize pass) or v7 (quantizes with "
+                                "the previous refit's scales as a guess: one read of the weights when no expert's "
+                                "amax moved); v1..v6 for A/B runs"),
     Knob("SAMPLER", "auto", "rollout sampler: auto = the gumbel_max_sample kernel on CUDA for plain steps "
                             "(T > 0, no top-k / top-p), torch = always the torch reference"),
 )}

@@ -18,6 +18,7 @@ the experts whose scale changed. `VARIANT` is what the op launches.
 from __future__ import annotations
 
 import functools
+import os
 
 from trace_kernels.codegen.registry import OpCodegen
 from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name, resolve_variant, variant_parts
@@ -33,7 +34,12 @@ VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
 # build's 768 (docs/toolchain.md, "refit v6"). 768 keeps that build's kernel name; others add "t<threads>".
 V6_THREADS = 384
 V6_THREAD_CHOICES = (256, 384, 512, 768)
-VARIANT = "v2"  # the default launch: fastest in the same-run A/B of 2026-11-29 (profiling/run_gpu_checks_issue3.sh), bit-exact
+# The default launch: v2, fastest on fresh weights in every same-run A/B since 2026-11-29 (profiling/run_gpu_checks_issue3.sh),
+# bit-exact. TRACE_KERNELS_REFIT_VARIANT overrides it, e.g. v7 for RL syncs whose experts' amax rarely moves between
+# steps (docs/toolchain.md, "refit v7").
+VARIANT = os.environ.get("TRACE_KERNELS_REFIT_VARIANT", "v2")
+if VARIANT not in VARIANTS:
+    raise ValueError(f"TRACE_KERNELS_REFIT_VARIANT={VARIANT!r}; known: {', '.join(VARIANTS)}")
 
 
 def check_variant(variant: str | None) -> str:
