@@ -176,6 +176,7 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
     relems = experts * n * REFIT_K
     r_bytes = relems * 2 + relems // 2 + relems // 16 + experts * 4
     shape = {"experts": experts, "n": n, "k": REFIT_K}
+    steady = steady_weight_sets(ws[0], w_sets) if args.refit_steady else None
     for v in codegen_refit.VARIANTS:
         if not wanted(args, "refit_weights", v):
             continue
@@ -192,12 +193,10 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
                     extra["host_us"] = host_overhead_us(lambda: ops.refit_weights(ws[0], buffers))
                 record(f"refit_weights [{label}]", time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets),
                        r_bytes, extra)
-                if args.refit_steady:
-                    steady = steady_weight_sets(ws[0], w_sets)
+                if steady is not None:
                     record(f"refit_weights steady [{label}]",
                            time_graph(lambda i: ops.refit_weights(steady[i], buffers), w_sets), r_bytes,
                            {**extra, "inputs": "steady"})
-                    del steady
     if size in SWEEP_SIZES and wanted(args, "refit_sweep"):  # v1: experts refitted at once (groups); default "auto"
         from trace_kernels.runtime import driver, kernel_for
         refit = importlib.import_module("trace_kernels.ops.refit_weights")
@@ -215,7 +214,7 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
                            {"variant": "v1", **shape})
                 finally:
                     refit.PLAN_OVERRIDE = None
-    del ws, buffers
+    del ws, steady, buffers
     torch.cuda.empty_cache()
     return results
 

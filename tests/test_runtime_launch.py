@@ -59,3 +59,49 @@ def test_capture_graph_pauses_the_cyclic_gc(monkeypatch, enabled_before):
         assert gc.isenabled() == enabled_before
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_occupancy_is_asked_once_per_shape_and_again_after_a_shared_memory_limit(monkeypatch):
+    """max_active_blocks_per_sm memoizes the driver's answer per (device, threads, smem); raising the dynamic
+    shared-memory limit forgets that device's answers."""
+    from trace_kernels.runtime import kernel as kernel_module
+
+    calls = []
+
+    class FakeDriver:
+        class CUfunction_attribute:
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+        def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, fn, threads, smem):
+            calls.append((threads, smem))
+            return 0, 4 if smem == 0 else 1
+
+        def cuFuncSetAttribute(self, fn, attr, value):
+            return (0,)
+
+    monkeypatch.setattr(kernel_module, "driver", FakeDriver)
+    monkeypatch.setattr(kernel_module, "check", lambda result, *names: result[1] if len(result) > 1 else None)
+    kernel = CudaKernel("some_kernel", b"not a cubin")
+    monkeypatch.setattr(kernel, "function", lambda device_index: object())
+    assert [kernel.max_active_blocks_per_sm(0, 256) for _ in range(3)] == [4, 4, 4]
+    assert kernel.max_active_blocks_per_sm(0, 256, 100_000) == 1
+    assert calls == [(256, 0), (256, 100_000)]
+    kernel.allow_dynamic_smem(0, 100_000)
+    assert kernel.max_active_blocks_per_sm(0, 256) == 4
+    assert calls[-1] == (256, 0) and len(calls) == 3
+
+
+def test_refit_kernel_arguments_follow_the_template(monkeypatch):
+    """ops.refit_weights' one argument list: pointers, E, N*K, K, the two plan integers, the status word."""
+    import importlib
+
+    import torch
+
+    refit_ops = importlib.import_module("trace_kernels.ops.refit_weights")  # the package exports the op's function
+    status = torch.zeros(2, dtype=torch.int32)
+    monkeypatch.setattr(refit_ops, "status_buffer", lambda device: status)
+    w = torch.zeros(3, 8, 32)
+    out = [torch.zeros(1) for _ in range(4)]
+    args = refit_ops._kernel_args(0, w, *out, 5, 1)
+    values = [value for _, value in args]
+    assert values == [w.data_ptr(), *(t.data_ptr() for t in out), 3, 8 * 32, 32, 5, 1, status.data_ptr()]

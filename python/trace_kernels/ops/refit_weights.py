@@ -127,24 +127,31 @@ def plan_v5(device: int, kernel, experts: int, per_expert: int, elem_bytes: int)
             max(1, min(experts, (l2 // 4) // max(1, per_expert * elem_bytes))))
 
 
+def _kernel_args(device: int, w, codes, block_scales, scales, workspace, plan_a: int, plan_b: int) -> list:
+    """The refit kernel's arguments (nvfp4_refit_weights.cu.jinja): w [E, N, K], the outputs, the int32 workspace and
+    the variant's two plan integers (refit_weights_kernel.cuh)."""
+    from trace_kernels.runtime import i32, i64, ptr
+    experts, n, k = w.shape
+    return [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts), i64(n * k), i32(k),
+            i32(plan_a), i32(plan_b), ptr(status_buffer(device))]
+
+
 def launch_v2_pass(w, codes, block_scales, scales, workspace, phase: int) -> None:
     """One pass of refit v2 on w [E, N, K]: phase 0 the per-expert amax into workspace (int32 [2 E], zeroed;
     codes / block_scales / scales untouched, may be None), phase 1 the quantization. refit_weights_packed_
     runs phase 0 before its own quantize-and-pack pass."""
-    from trace_kernels.runtime import i32, i64, kernel_for, ptr
+    from trace_kernels.runtime import kernel_for
     device = check_cuda_device(w)
     experts, n, k = w.shape
     spec = codegen_refit.spec(w.dtype, "v2")
     tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
     kernel_for(spec).launch(device, (tiles, experts), (spec.launch["threads"],),
-                            [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                             i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
+                            _kernel_args(device, w, codes, block_scales, scales, workspace, 0, phase))
 
 
 def launch_v7(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
     """refit v7's two launches: phase 0 over every tile (quantizing with each expert's previous scale as a guess),
     phase 1 with enough CTAs per expert for one wave over all experts (they return at once where the guess held)."""
-    from trace_kernels.runtime import i32, i64, ptr
     experts, n, k = w.shape
     tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
     settle = min(tiles, -(-resident_ctas(kernel, device, spec.launch["threads"]) // experts))
@@ -152,21 +159,17 @@ def launch_v7(kernel, spec, device: int, w, codes, block_scales, scales) -> None
     with nvtx.annotate("refit_weights"):
         for phase, grid in ((0, tiles), (1, settle)):
             kernel.launch(device, (grid, experts), (spec.launch["threads"],),
-                          [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                           i64(n * k), i32(k), i32(0), i32(phase), ptr(status_buffer(device))])
+                          _kernel_args(device, w, codes, block_scales, scales, workspace, 0, phase))
     after_launch(device)
 
 
 def _launch_one(kernel, device: int, threads: int, grid: int, w, codes, block_scales, scales, workspace_words: int,
                 plan_a: int, plan_b: int, smem: int = 0, cooperative: bool = True) -> None:
     """The one launch of v1 and v3..v6: a zeroed int32 workspace, the variant's two plan integers."""
-    from trace_kernels.runtime import i32, i64, ptr
-    experts, n, k = w.shape
     workspace = torch.zeros(workspace_words, dtype=torch.int32, device=w.device)
     with nvtx.annotate("refit_weights"):
         kernel.launch(device, (grid,), (threads,),
-                      [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(workspace), i32(experts),
-                       i64(n * k), i32(k), i32(plan_a), i32(plan_b), ptr(status_buffer(device))],
+                      _kernel_args(device, w, codes, block_scales, scales, workspace, plan_a, plan_b),
                       smem=smem, cooperative=cooperative)
     after_launch(device)
 

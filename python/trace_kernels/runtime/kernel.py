@@ -51,6 +51,7 @@ class CudaKernel:
         self._functions: dict[int, object] = {}
         self._modules: dict[int, object] = {}
         self._smem_allowed: dict[int, int] = {}  # device -> dynamic shared memory limit set
+        self._occupancy: dict[tuple[int, int, int], int] = {}  # (device, threads, smem) -> CTAs per SM
         self._lock = threading.Lock()
 
     def function(self, device_index: int):
@@ -77,12 +78,18 @@ class CudaKernel:
         attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(cu.cuFuncSetAttribute(self.function(device_index), attr, smem), "cuFuncSetAttribute", self.name)
         self._smem_allowed[device_index] = smem
+        self._occupancy = {key: n for key, n in self._occupancy.items() if key[0] != device_index}  # may differ now
 
     def max_active_blocks_per_sm(self, device_index: int, threads: int, smem: int = 0) -> int:
-        cu = driver()
-        fn = self.function(device_index)
-        return int(check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, smem),
-                         "cuOccupancyMaxActiveBlocksPerMultiprocessor", self.name))
+        """CTAs per SM (the driver's occupancy query, asked once per device, block size and shared memory:
+        launch planners ask it on every call)."""
+        key = (device_index, threads, smem)
+        if key not in self._occupancy:
+            cu = driver()
+            fn = self.function(device_index)
+            self._occupancy[key] = int(check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, smem),
+                                             "cuOccupancyMaxActiveBlocksPerMultiprocessor", self.name))
+        return self._occupancy[key]
 
     def launch(self, device_index: int, grid: Sequence[int], block: Sequence[int], args: Sequence[Arg],
                *, smem: int = 0, cooperative: bool = False, pdl: bool = False) -> None:
