@@ -16,7 +16,10 @@ bandwidth on those, but the target is judged on minimal bytes, as for every kern
 refit_weights is timed twice: on fresh random weights (every expert's amax differs from the previous call's), and
 "steady" (--no-refit-steady skips it): sets that are one expert-weight tensor after different small steps (most
 elements moved by about 1%, every expert's largest |w| kept), as an RL policy sync sees them from step to step.
-Refit v7 takes the previous call's scales as a guess, so the first is its worst case and the second its usual one.
+Refit v7 and v8 take the previous call's scales as a guess, so the first is their worst case and the second their
+usual one. "mixed" (--refit-mixed FRACTION, 0 skips it): the steady sets with the amax of about that fraction of the
+experts moved from one call to the next (the default config's RL loop moves 24% per step, profiling/amax_moves.py);
+its rows carry the fraction measured over the rotation.
 Copy = torch copy_ of the same input bytes (read + write counted). Target: >= 85% of the copy
 bandwidth at >= 64 MB.
 
@@ -42,6 +45,7 @@ from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
 from trace_kernels.codegen.ops import quantize as codegen_quantize
 from trace_kernels.codegen.ops import refit_weights as codegen_refit
 from trace_kernels.testing.bench import host_overhead_us, time_eager, time_graph, variants_for
+from trace_kernels.testing.weight_sets import mixed_weight_sets, steady_weight_sets
 from trace_kernels.testing.provenance import git_commit, utc_now
 
 D = 2048
@@ -91,22 +95,6 @@ def min_cta(cta: int):
         yield
     finally:
         codegen_quantize.MIN_CTA = saved
-
-
-def steady_weight_sets(base: torch.Tensor, sets: int) -> list[torch.Tensor]:
-    """`sets` tensors like base [E, N, K]: base after different small steps (each element moved by ~1% of itself, BF16
-    rounding included) that keep every expert's amax at the same element, as consecutive RL policy syncs see it."""
-    experts = base.shape[0]
-    rows = torch.arange(experts, device=base.device)
-    amax = base.float().abs().amax(dim=(1, 2), keepdim=True)  # [E, 1, 1]
-    arg = base.float().abs().view(experts, -1).argmax(dim=1)  # [E]
-    out = []
-    for _ in range(sets):
-        w = base.float()
-        w = (w + torch.randn_like(w) * 1e-2 * w.abs()).clamp_(-amax, amax).to(base.dtype)
-        w.view(experts, -1)[rows, arg] = base.view(experts, -1)[rows, arg]
-        out.append(w)
-    return out
 
 
 def bench_size(size: int, l2: int, args) -> list[dict]:
@@ -177,16 +165,25 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
     r_bytes = relems * 2 + relems // 2 + relems // 16 + experts * 4
     shape = {"experts": experts, "n": n, "k": REFIT_K}
     steady = steady_weight_sets(ws[0], w_sets) if args.refit_steady else None
+    mixed, moved = mixed_weight_sets(steady, args.refit_mixed) if steady and args.refit_mixed > 0 else (None, 0.0)
+    refit = importlib.import_module("trace_kernels.ops.refit_weights")
     for v in codegen_refit.VARIANTS:
         if not wanted(args, "refit_weights", v):
             continue
-        for threads in (args.refit_v6_threads if v == "v6" else [None]):
+        options = [(t, True) for t in args.refit_v6_threads] if v == "v6" else [(None, True)]
+        if v == "v8":  # with phase 1 as a programmatic dependent launch (the default) and as an ordinary one
+            options = [(None, pdl) for pdl in args.refit_v8_pdl]
+        for threads, pdl in options:
+            refit.V8_PDL = pdl
             with variant(codegen_refit, v), v6_threads(threads):
                 extra = {"variant": v, **shape}
                 label = v
                 if threads is not None:
                     extra["threads"] = threads
                     label += "" if threads == 768 else f" t{threads}"
+                if v == "v8":
+                    extra["pdl"] = pdl
+                    label += "" if pdl else " nopdl"
                 if v == "v2":  # the amax pass reads w a second time
                     extra["moved_bytes"] = r_bytes + relems * 2
                 if args.host_overhead:
@@ -197,9 +194,13 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
                     record(f"refit_weights steady [{label}]",
                            time_graph(lambda i: ops.refit_weights(steady[i], buffers), w_sets), r_bytes,
                            {**extra, "inputs": "steady"})
+                if mixed is not None:
+                    record(f"refit_weights mixed [{label}]",
+                           time_graph(lambda i: ops.refit_weights(mixed[i], buffers), w_sets), r_bytes,
+                           {**extra, "inputs": "mixed", "moved_fraction": moved})
+        refit.V8_PDL = True
     if size in SWEEP_SIZES and wanted(args, "refit_sweep"):  # v1: experts refitted at once (groups); default "auto"
         from trace_kernels.runtime import driver, kernel_for
-        refit = importlib.import_module("trace_kernels.ops.refit_weights")
         with variant(codegen_refit, "v1"):
             spec = codegen_refit.spec("bf16")
             per_sm = kernel_for(spec).max_active_blocks_per_sm(0, spec.launch["threads"])
@@ -214,7 +215,7 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
                            {"variant": "v1", **shape})
                 finally:
                     refit.PLAN_OVERRIDE = None
-    del ws, steady, buffers
+    del ws, steady, mixed, buffers
     torch.cuda.empty_cache()
     return results
 
@@ -257,9 +258,16 @@ def main(argv=None) -> int:
                         help=f"refit v6's threads per CTA, one row each (of {codegen_refit.V6_THREAD_CHOICES})")
     parser.add_argument("--no-refit-steady", dest="refit_steady", action="store_false",
                         help="skip the refit rows on steady weights (an RL step's: every expert's amax kept)")
+    parser.add_argument("--refit-mixed", type=float, default=0.25, metavar="FRACTION",
+                        help="refit rows on steady weights with about this fraction of the experts' amax moved per "
+                             "call (0: skip)")
+    parser.add_argument("--refit-v8-pdl", default="1", metavar="1,0",
+                        help="refit v8's phase 1 as a programmatic dependent launch (1) or an ordinary one (0), a row "
+                             "each")
     parser.add_argument("--out", default="profiling/results/memory_kernels_h200.json")
     args = parser.parse_args(argv)
     args.refit_v6_threads = [int(t) for t in args.refit_v6_threads.split(",") if t]
+    args.refit_v8_pdl = [bool(int(p)) for p in args.refit_v8_pdl.split(",") if p]
     for item in (i for i in args.guided_v7_geometry.split(",") if i):
         mode, geometry = item.split("=")
         codegen_guided.V7_GEOMETRY[mode] = tuple(int(n) for n in geometry.split("x"))

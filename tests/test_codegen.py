@@ -45,7 +45,7 @@ def test_names_are_stable():
         "nvfp4_guided_fake_quantize_bf16_v7_full_d128_sm90a", "nvfp4_guided_fake_quantize_bf16_v7_full_d2048_sm90a",
         "nvfp4_guided_fake_quantize_bf16_v7_full_d768_sm90a",
         "nvfp4_quantize_bf16_v2_d128_sm90a",
-        "nvfp4_quantize_bf16_v2_d2048_sm90a", "nvfp4_quantize_bf16_v2_d768_sm90a", "nvfp4_refit_weights_bf16_v2_sm90a"]
+        "nvfp4_quantize_bf16_v2_d2048_sm90a", "nvfp4_quantize_bf16_v2_d768_sm90a", "nvfp4_refit_weights_bf16_v9_sm90a"]
     assert quantize.spec("f32", 16, "v1").name == "nvfp4_quantize_f32_d16_sm90a"
     assert guided_fake_quantize.spec("f16", 4096, "v1").name == "nvfp4_guided_fake_quantize_f16_d4096_sm90a"
 
@@ -84,7 +84,7 @@ def test_variants_are_named_and_selectable(monkeypatch):
         monkeypatch.setattr(module, "VARIANT", "v2")
         assert make(None).name == v2.name
         with pytest.raises(ValueError, match="variant"):
-            make("v9")
+            make("v99")
 
 
 def test_refit_v6_threads_name_their_kernel(monkeypatch):
@@ -103,14 +103,30 @@ def test_refit_v6_threads_name_their_kernel(monkeypatch):
         refit_weights.spec("bf16", "v6")
 
 
-@pytest.mark.parametrize("value,expect", [("v7", "nvfp4_refit_weights_bf16_v7_sm90a"), ("v9", "TRACE_KERNELS_REFIT_VARIANT")])
+@pytest.mark.parametrize("value,expect", [("v7", "nvfp4_refit_weights_bf16_v7_sm90a"), ("v10", "TRACE_KERNELS_REFIT_VARIANT")])
 def test_refit_variant_from_the_environment(value, expect):
     """TRACE_KERNELS_REFIT_VARIANT picks refit_weights' default launch when the module loads; an unknown one raises."""
     code = "from trace_kernels.codegen.ops import refit_weights as r; print(r.spec('bf16').name)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={**os.environ, "TRACE_KERNELS_REFIT_VARIANT": value})
-    assert expect in (result.stdout if value != "v9" else result.stderr)
-    assert (result.returncode == 0) == (value != "v9")
+    assert expect in (result.stdout if value != "v10" else result.stderr)
+    assert (result.returncode == 0) == (value != "v10")
+
+
+@pytest.mark.parametrize("value,expect", [("v2", "nvfp4_refit_packed_bf16_v2_g2_sm90a"),
+                                          ("v1", "nvfp4_refit_packed_bf16_g2_sm90a"),
+                                          ("v3", "TRACE_KERNELS_REFIT_PACKED_VARIANT")])
+def test_refit_packed_variant_from_the_environment(value, expect):
+    """TRACE_KERNELS_REFIT_PACKED_VARIANT picks refit_weights_packed_'s kernel; v2 (speculative) builds no amax pass of
+    refit_weights; an unknown one raises."""
+    code = ("from trace_kernels import shapes; from trace_kernels.codegen.ops import refit_packed as r; "
+            "print(r.spec('bf16', 2).name, len(r.specs_for_shape(shapes.preset('tiny'))))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "TRACE_KERNELS_REFIT_PACKED_VARIANT": value})
+    assert expect in (result.stdout if value != "v3" else result.stderr)
+    assert (result.returncode == 0) == (value != "v3")
+    if value != "v3":
+        assert result.stdout.split()[1] == ("2" if value == "v2" else "3")
 
 
 def test_registry_discovers_op_modules():

@@ -157,26 +157,36 @@ def test_bad_inputs_raise_before_any_launch():
         ops.refit_weights_packed_(w_nan, dst)
 
 
-def test_codegen_names_and_registry():
-    assert codegen_packed.spec("bf16", 2).name == "nvfp4_refit_packed_bf16_g2_sm90a"
-    assert codegen_packed.spec(torch.float32, 1).name == "nvfp4_refit_packed_f32_g1_sm90a"
+def test_codegen_names_and_registry(monkeypatch):
+    assert codegen_packed.spec("bf16", 2, "v1").name == "nvfp4_refit_packed_bf16_g2_sm90a"
+    assert codegen_packed.spec(torch.float32, 1, "v1").name == "nvfp4_refit_packed_f32_g1_sm90a"
+    assert codegen_packed.spec("bf16", 2, "v2").name == "nvfp4_refit_packed_bf16_v2_g2_sm90a"
     with pytest.raises(ValueError, match="groups"):
         codegen_packed.spec("bf16", 3)
+    with pytest.raises(ValueError, match="variant"):
+        codegen_packed.spec("bf16", 1, "v3")
     assert codegen_packed.NAME in codegen.all_ops()
+    monkeypatch.setattr(codegen_packed, "VARIANT", "v1")  # its quantize pass after refit_weights' v2 amax pass
     names = [s.name for s in codegen.specs_for_shape(shapes.preset("tiny"), [codegen_packed.NAME])]
     assert names == ["nvfp4_refit_packed_bf16_g1_sm90a", "nvfp4_refit_packed_bf16_g2_sm90a",
                      "nvfp4_refit_weights_bf16_v2_sm90a"]
-    text = codegen_packed.spec("f16", 1).render()
-    assert text == codegen_packed.spec("f16", 1).render() and "/*GROUPS=*/1" in text and "__half" in text
+    monkeypatch.setattr(codegen_packed, "VARIANT", "v2")  # one kernel, three launches
+    names = [s.name for s in codegen.specs_for_shape(shapes.preset("tiny"), [codegen_packed.NAME])]
+    assert names == ["nvfp4_refit_packed_bf16_v2_g1_sm90a", "nvfp4_refit_packed_bf16_v2_g2_sm90a"]
+    for variant, entry in (("v1", "quantize_pack"), ("v2", "speculative_pack")):
+        text = codegen_packed.spec("f16", 1, variant).render()
+        assert text == codegen_packed.spec("f16", 1, variant).render() and "/*GROUPS=*/1" in text and "__half" in text
+        assert f"refit_packed::{entry}<Config>" in text
 
 
 @pytest.mark.nvcc
 def test_refit_packed_compiles_for_sm90a(tmp_path, monkeypatch):
-    """Both row groupings' kernel, the 16-bit and the FP32 body: no spills, no stack frame."""
+    """Both row groupings' kernel, the 16-bit and the FP32 body, both variants: no spills, no stack frame."""
     from trace_kernels import jit
     from trace_kernels.jit import compiler
     monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
-    specs = [codegen_packed.spec("bf16", 2), codegen_packed.spec("f32", 1)]
+    specs = [codegen_packed.spec("bf16", 2, "v1"), codegen_packed.spec("f32", 1, "v2"),
+             codegen_packed.spec("bf16", 1, "v2")]
     for spec, entry in zip(specs, jit.build_all(specs, jobs=2)):
         report = compiler.parse_ptxas((entry.folder / "ptxas.txt").read_text())
         assert report.registers > 0 and report.spill_stores == 0 and report.spill_loads == 0, spec.name

@@ -40,9 +40,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("MOE_VARIANT", "auto", "MoE GEMM tile table for calls without tile=: auto (ws below 1/8 routed row "
                                 "per expert, v1 beyond), v1, ws or auto_qa (auto, every fused gate_up "
                                 "quantized by the quantize kernel after the GEMM)"),
-    Knob("REFIT_VARIANT", "v2", "refit_weights kernel: v2 (an amax pass, then a quantize pass) or v7 (quantizes with "
-                                "the previous refit's scales as a guess: one read of the weights when no expert's "
-                                "amax moved); v1..v6 for A/B runs"),
+    Knob("REFIT_VARIANT", "v9", "refit_weights kernel: v9 (quantizes with the previous refit's scales as a guess: one "
+                                "read of the weights when no expert's amax moved) or v2 (an amax pass, then a quantize "
+                                "pass: for buffers reused for unrelated weights); v1, v3..v8 for A/B runs"),
+    Knob("REFIT_PACKED_VARIANT", "v2", "refit_weights_packed_ (the engine's weight sync): v2 (packs with the previous "
+                                       "sync's scales as a guess, repacks the experts whose scale changed) or v1 "
+                                       "(refit's amax pass, then a quantize-and-pack pass)"),
     Knob("SAMPLER", "auto", "rollout sampler: auto = the gumbel_max_sample kernel on CUDA for plain steps "
                             "(T > 0, no top-k / top-p), torch = always the torch reference"),
 )}

@@ -15,6 +15,8 @@ main comparisons run both ways, so a failure says which kernels it comes from.
 import pytest
 import torch
 
+from trace_kernels import moe_layout
+from trace_kernels import ops as tk_ops
 from trace_rl.config import load_preset
 from trace_rl.engine import EngineConfig, RolloutEngine, SamplingParams
 from trace_rl.engine.kernel_moe import KERNEL_OPS, KernelQuantizer
@@ -163,6 +165,32 @@ def test_refit_keeps_addresses_and_graphs_see_new_weights(model):
     a = eng.generate(PROMPTS, sp, group_size=2, seed=6)
     b = make(other, graphs=True).generate(PROMPTS, sp, group_size=2, seed=6)
     assert outputs(a) == outputs(b)
+
+
+def assert_packed_experts_are(eng, model):
+    """Every packed expert tensor of the engine == the CPU reference's packing of model's BF16 weights, bit for bit."""
+    for table, groups, attr in ((eng.packed.gate_up, 2, "w_gate_up"), (eng.packed.down, 1, "w_down")):
+        for layer, got in table.items():
+            w = getattr(model.model.layers[layer].mlp, attr).detach().cpu()  # [E, N, K]
+            want = tk_ops.refit_weights_packed_(w, moe_layout.empty_weights(*w.shape), groups=groups)
+            for name in ("codes", "block_scales", "scale"):
+                assert torch.equal(getattr(got, name).cpu(), getattr(want, name)), f"layer {layer} {attr} {name}"
+
+
+def test_packed_experts_are_the_models_weights(model):
+    """The engine's weight sync (refit_weights_packed_ into the packed buffers) against the CPU reference: at
+    construction (buffers zeroed: no previous scales), after a refit to other weights (every expert's scale a wrong
+    guess) and after a small step (some guesses right, some wrong), so a sync that leaves experts stale cannot pass."""
+    eng = make(model)
+    assert_packed_experts_are(eng, model)
+    other = make_model("small" if model.config.hidden_size == 512 else "tiny-kernels", seed=8)
+    eng.refit(other)
+    assert_packed_experts_are(eng, other)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(1 + 1e-3 * torch.randn_like(p))
+    eng.refit(other)
+    assert_packed_experts_are(eng, other)
 
 
 @pytest.mark.parametrize("cached", [0, 3])  # a 4-token prefill, a one-token (decode) step

@@ -203,6 +203,74 @@ __device__ __forceinline__ void pack_record(const uint8_t* stage, const uint32_t
   *reinterpret_cast<uint2*>(block_scales + rec * kScaleRecord + 8 * lane) = make_uint2(scale_words[0], scale_words[1]);
 }
 
+// The persistent record loop of every pass over records: warp-strided, in reverse (the grid's i-th is record
+// records - 1 - i: the amax pass ends on the last experts, which may still be in L2), each record loaded by cp.async
+// STAGES - 1 records ahead into the warp's ring. next(i): the first index >= i in i's residue mod the grid's warps
+// that the loop visits (the identity, or one that skips experts). after_prefill() runs once the first loads are
+// issued (the encoding tables are built meanwhile); body(stage, record, natural record index) once per record.
+template <class Cfg, class Next, class AfterPrefill, class Body>
+__device__ __forceinline__ void for_each_record(const typename Cfg::T* __restrict__ w, uint8_t* ring, int n, int k,
+                                                int records, Next next, AfterPrefill after_prefill, Body body) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tiles = n / kTileRows, chunks = k / kChunkK;
+  const int64_t row_bytes = static_cast<int64_t>(k) * sizeof(typename Cfg::T);
+  const int64_t half_bytes = static_cast<int64_t>(n / 2) * row_bytes;
+  const int stride = gridDim.x * kWarps;
+  const uint32_t ring_addr = smem_addr(ring);
+
+  // queue: the records loaded and not yet computed, in order; load_at: the next index to load (< 2^31: records +
+  // STAGES * grid warps)
+  Record queue[Cfg::STAGES - 1];
+  const int start = next(blockIdx.x * kWarps + warp);
+  int load_at = start;
+#pragma unroll
+  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+    if (load_at < records) {
+      queue[s] = record_at(records - 1 - load_at, tiles, chunks);
+      load_record<Cfg>(record_src<Cfg>(w, queue[s], n, row_bytes, lane), row_bytes, half_bytes,
+                       ring_addr + s * Cfg::kRecordBytes, lane);
+      load_at = next(load_at + stride);
+    }
+    cp_async_commit();
+  }
+  after_prefill();
+
+  int slot = 0;  // stage of record i
+  for (int i = start; i < records; i = next(i + stride)) {
+    const Record rc = queue[0];
+#pragma unroll
+    for (int s = 0; s + 1 < Cfg::STAGES - 1; ++s) queue[s] = queue[s + 1];
+    {  // refill the stage freed by the previous record with the record STAGES - 1 visits ahead
+      __syncwarp();  // every lane has finished reading it
+      const int next_slot = slot == 0 ? Cfg::STAGES - 1 : slot - 1;
+      if (load_at < records) {
+        queue[Cfg::STAGES - 2] = record_at(records - 1 - load_at, tiles, chunks);
+        load_record<Cfg>(record_src<Cfg>(w, queue[Cfg::STAGES - 2], n, row_bytes, lane), row_bytes, half_bytes,
+                         ring_addr + next_slot * Cfg::kRecordBytes, lane);
+        load_at = next(load_at + stride);
+      }
+      cp_async_commit();
+    }
+    cp_async_wait<Cfg::STAGES - 1>();  // this lane's copies of record i have landed
+    __syncwarp();                      // and every other lane's
+    body(ring + slot * Cfg::kRecordBytes, rc, static_cast<int64_t>(records - 1 - i));
+    slot = slot + 1 == Cfg::STAGES ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();  // nothing left in flight at exit (the last refills are empty groups)
+}
+
+// One record with expert scale x: its packed codes and scales, or, for a non-finite expert, a report of its bad
+// elements (nothing written).
+template <class Cfg>
+__device__ __forceinline__ void pack_or_report(const uint8_t* stage, const uint32_t (*table)[256],
+                                               uint8_t* __restrict__ codes, uint8_t* __restrict__ block_scales,
+                                               int64_t rec, const Record& rc, const RefitExpertScale& x, int n,
+                                               int lane, uint32_t* __restrict__ status) {
+  if (!x.finite) report_record<Cfg>(stage, rc, n, lane, status);
+  else if (x.fast) pack_record<Cfg, true>(stage, table, codes, block_scales, rec, x, lane);
+  else pack_record<Cfg, false>(stage, table, codes, block_scales, rec, x, lane);
+}
+
 // The quantize pass. grid: persistent (<= one wave), kThreads threads, Cfg::kSmemBytes dynamic shared
 // memory. workspace[2 e]: expert e's |w| amax bits from refit_amax_v2. records = E * N/64 * K/64 < 2^30.
 template <class Cfg>
@@ -213,65 +281,22 @@ __device__ __forceinline__ void quantize_pack(const typename Cfg::T* __restrict_
   extern __shared__ __align__(128) uint8_t stages[];  // [kWarps][STAGES][kRecordBytes]
   __shared__ uint32_t table[4][256];                  // table[byte][v]: encoded word of v in fragment byte `byte`
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tiles = n / kTileRows, chunks = k / kChunkK;
-  const int64_t row_bytes = static_cast<int64_t>(k) * sizeof(typename Cfg::T);
-  const int64_t half_bytes = static_cast<int64_t>(n / 2) * row_bytes;
-  const int first = blockIdx.x * kWarps + warp, stride = gridDim.x * kWarps;
-  uint8_t* ring = stages + warp * Cfg::STAGES * Cfg::kRecordBytes;
-  const uint32_t ring_addr = smem_addr(ring);
-
-  // Records in reverse (record records - 1 - i for the i-th of the grid): the amax pass ends on the
-  // last experts, which may still be in L2. queue: the records loaded and not yet computed, in order.
-  Record queue[Cfg::STAGES - 1];
-#pragma unroll
-  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-    const int i = first + s * stride;
-    if (i < records) {
-      queue[s] = record_at(records - 1 - i, tiles, chunks);
-      load_record<Cfg>(record_src<Cfg>(w, queue[s], n, row_bytes, lane), row_bytes, half_bytes,
-                       ring_addr + s * Cfg::kRecordBytes, lane);
-    }
-    cp_async_commit();
-  }
-  moe_pack::build_encode_tables(columns, table, threadIdx.x, kThreads);  // while the first records load
-  __syncthreads();
-
   int expert = -1;
   RefitExpertScale x{};
-  int slot = 0;  // stage of record i
-  for (int i = first; i < records; i += stride) {
-    const Record rc = queue[0];
-#pragma unroll
-    for (int s = 0; s + 1 < Cfg::STAGES - 1; ++s) queue[s] = queue[s + 1];
-    {  // refill the stage freed by the previous record with record i + (STAGES - 1) strides
-      __syncwarp();  // every lane has finished reading it
-      const int next = i + (Cfg::STAGES - 1) * stride;  // < 2^31: records + STAGES * grid warps
-      const int next_slot = slot == 0 ? Cfg::STAGES - 1 : slot - 1;
-      if (next < records) {
-        queue[Cfg::STAGES - 2] = record_at(records - 1 - next, tiles, chunks);
-        load_record<Cfg>(record_src<Cfg>(w, queue[Cfg::STAGES - 2], n, row_bytes, lane), row_bytes, half_bytes,
-                         ring_addr + next_slot * Cfg::kRecordBytes, lane);
-      }
-      cp_async_commit();
-    }
-    cp_async_wait<Cfg::STAGES - 1>();  // this lane's copies of record i have landed
-    __syncwarp();                      // and every other lane's
-    if (rc.e != expert) {  // warp-uniform
-      expert = rc.e;
-      x = refit_expert_scale(__uint_as_float(__ldcg(workspace + 2 * rc.e)));
-    }
-    const uint8_t* stage = ring + slot * Cfg::kRecordBytes;
-    const int64_t rec = records - 1 - i;
-    if (!x.finite) {
-      report_record<Cfg>(stage, rc, n, lane, status);
-    } else {
-      if (rc.t == 0 && rc.c == 0 && lane == 0) scales[rc.e] = x.s;
-      if (x.fast) pack_record<Cfg, true>(stage, table, codes, block_scales, rec, x, lane);
-      else pack_record<Cfg, false>(stage, table, codes, block_scales, rec, x, lane);
-    }
-    slot = slot + 1 == Cfg::STAGES ? 0 : slot + 1;
-  }
-  cp_async_wait<0>();  // nothing left in flight at exit (the last refills are empty groups)
+  for_each_record<Cfg>(
+      w, stages + warp * Cfg::STAGES * Cfg::kRecordBytes, n, k, records, [](int i) { return i; },
+      [&] {
+        moe_pack::build_encode_tables(columns, table, threadIdx.x, kThreads);  // while the first records load
+        __syncthreads();
+      },
+      [&](const uint8_t* stage, const Record& rc, int64_t rec) {
+        if (rc.e != expert) {  // warp-uniform
+          expert = rc.e;
+          x = refit_expert_scale(__uint_as_float(__ldcg(workspace + 2 * rc.e)));
+        }
+        if (x.finite && rc.t == 0 && rc.c == 0 && lane == 0) scales[rc.e] = x.s;
+        pack_or_report<Cfg>(stage, table, codes, block_scales, rec, rc, x, n, lane, status);
+      });
 }
 
 }  // namespace trace_kernels::refit_packed

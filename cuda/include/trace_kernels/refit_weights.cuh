@@ -20,7 +20,9 @@
 // amax in shared memory. v5 (refit_weights_v5.cuh): one ordinary launch, a work queue that
 // interleaves the amax stream of the next chunk of experts with the quantize of the previous one.
 // v6 (refit_weights_v6.cuh): a shared-memory pipeline per warp. v7 (refit_weights_v7.cuh): v2's two launches,
-// the first quantizing with the previous refit's scale as a guess that the second checks.
+// the first quantizing with the previous refit's scale as a guess that the second checks. v8 (refit_weights_v8.cuh):
+// v7 with the guess checked per warp, no atomics or zeroed workspace, the second launch a programmatic dependent; v9:
+// v8 with the verdicts in a launch of their own and the failed experts' tiles shared out over one wave of CTAs.
 // refit_weights_kernel.cuh dispatches on the variant.
 #pragma once
 
@@ -39,7 +41,7 @@ struct RefitConfig {
   using T = T_;
   static constexpr int CTA = CTA_;
   static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ >= 1 && VARIANT_ <= 7, "variants: 1 .. 7");
+  static_assert(VARIANT_ >= 1 && VARIANT_ <= 9, "variants: 1 .. 9");
   static constexpr int kSlots = KSLOTS_;                   // half blocks per thread per tile (v2: per phase-0 tile)
   static constexpr int kQuantizeBlocks = KSLOTS_ / 2;      // v2 phase 1: whole blocks per thread
   static_assert(VARIANT_ == 1 || KSLOTS_ % 2 == 0, "v2/v3 quantize whole blocks (pairs of half blocks)");

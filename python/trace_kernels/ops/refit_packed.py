@@ -4,8 +4,10 @@ The RL weight sync in one op: the trainer's weights go straight into the preallo
 `moe_layout.MoEWeights` the MoE GEMM reads (addresses unchanged, so CUDA graphs captured on them stay
 valid), bit for bit `refit_weights(w, staging)` followed by `moe_layout.store_fragments_(dst, ...,
 groups, kernel=False)`, without the natural-layout staging buffers or the separate moe_pack pass.
-GPU: refit_weights' v2 amax pass, then the quantize-and-pack pass of
-cuda/include/trace_kernels/refit_packed.cuh. CPU tensors run that reference composition.
+GPU, variant v1: refit_weights' v2 amax pass, then the quantize-and-pack pass of
+cuda/include/trace_kernels/refit_packed.cuh; v2 (speculative, refit_packed_speculative.cuh): packs with the scales
+dst holds from the previous sync as a guess, then repacks only the experts whose scale changed.
+CPU tensors run that reference composition.
 NVTX range: trace_kernels/refit_weights_packed.
 """
 
@@ -29,7 +31,7 @@ def _reference(w, codes, block_scales, scale, groups):
                                 staging.scale, groups, kernel=False)
 
 
-# The passes the op launches; the benchmark sets ("amax",) to time the amax pass alone (the
+# The passes variant v1 launches; the benchmark sets ("amax",) to time the amax pass alone (the
 # quantize-and-pack pass is the difference). Anything else leaves dst unwritten: never outside it.
 PASSES: tuple[str, ...] = ("amax", "pack")
 
@@ -43,7 +45,6 @@ def _launch(w, codes, block_scales, scale, groups):
     if records == 0:
         return
     status = status_buffer(device)
-    workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # [2 e]: amax bits of expert e
     spec = codegen_packed.spec(w.dtype, groups)
     kernel = kernel_for(spec)
     threads, smem = spec.launch["threads"], spec.launch["smem"]
@@ -52,13 +53,22 @@ def _launch(w, codes, block_scales, scale, groups):
     grid = min(resident_ctas(kernel, device, threads, smem), -(-records // warps))
     if grid < 1:
         raise RuntimeError(f"{spec.name}: no CTA of {threads} threads with {smem} bytes of shared memory fits an SM")
+    args = [ptr(w), ptr(codes), ptr(block_scales), ptr(scale), None, (_Columns, moe_encoding.encode_columns()),
+            i32(n), i32(k), i32(records), ptr(status)]
     with nvtx.annotate("refit_weights_packed"):
-        refit_op.launch_v2_pass(w, None, None, None, workspace, 0)  # refit v2's amax pass
-        if "pack" in PASSES:
-            kernel.launch(device, (grid,), (threads,),
-                          [ptr(w), ptr(codes), ptr(block_scales), ptr(scale), ptr(workspace),
-                           (_Columns, moe_encoding.encode_columns()), i32(n), i32(k), i32(records), ptr(status)],
-                          smem=smem)
+        if spec.launch["variant"] == "v2":
+            # guesses [E], per expert its amax bits and verdict [2 E], per record its amax bits; all written each call
+            workspace = torch.empty(3 * experts + records, dtype=torch.int32, device=w.device)
+            args[4] = ptr(workspace)
+            for phase, phase_grid, phase_smem in ((1, grid, smem), (2, experts, 0), (3, grid, smem)):
+                kernel.launch(device, (phase_grid,), (threads,), [*args, i32(experts), i32(phase)], smem=phase_smem,
+                              pdl=phase > 1)
+        else:
+            workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # [2 e]: amax bits of expert e
+            args[4] = ptr(workspace)
+            refit_op.launch_v2_pass(w, None, None, None, workspace, 0)  # refit v2's amax pass
+            if "pack" in PASSES:
+                kernel.launch(device, (grid,), (threads,), args, smem=smem)
     after_launch(device)
 
 
@@ -109,8 +119,10 @@ def refit_weights_packed_(w: torch.Tensor, dst: moe_layout.MoEWeights, groups: i
 
     Per expert exactly `nvfp4.quantize(w[e], scale="tensor")`, stored as `moe_layout.store_fragments_`
     stores it (groups=2: w's rows are [gate; up] halves, interleaved by 8 as `interleave_gate_up` does).
-    On NaN/Inf in an expert the GPU leaves that expert's packed bytes and scale unchanged and sets the
-    status flag (`ops.raise_on_nonfinite`); the CPU path raises ValueError.
+    The default variant (v2) takes the scales dst holds from the previous sync as a guess: one read of w when no
+    expert's amax moved. On NaN/Inf in an expert the GPU sets the status flag (`ops.raise_on_nonfinite`) and sets
+    that expert's block scales to NaN (its first pass may have packed part of it; v1 leaves the expert's packed bytes
+    and scale unchanged instead); the CPU path raises ValueError.
     """
     validate(w, dst, groups)
     nvfp4_refit_weights_packed_op(w, dst.codes, dst.block_scales, dst.scale, groups)

@@ -149,17 +149,34 @@ def launch_v2_pass(w, codes, block_scales, scales, workspace, phase: int) -> Non
                             _kernel_args(device, w, codes, block_scales, scales, workspace, 0, phase))
 
 
-def launch_v7(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
-    """refit v7's two launches: phase 0 over every tile (quantizing with each expert's previous scale as a guess),
-    phase 1 with enough CTAs per expert for one wave over all experts (they return at once where the guess held)."""
+# v8: phase 1 as a programmatic dependent launch of phase 0 (the kernel waits for phase 0 either way; False times it
+# as an ordinary launch, for the A/B).
+V8_PDL = True
+
+
+def launch_speculative(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
+    """The speculative variants' launches. Phase 0 over every tile (quantizing with each expert's previous scale as a
+    guess), then v7 / v8: phase 1 with enough CTAs per expert for one wave over all experts (they return at once
+    where the guess held); v9: phase 1 one CTA per expert (its verdict), phase 2 one wave sharing out the tiles of the
+    experts whose guess failed. Workspace: v7 [2 E] zeroed (amax bits, guess); v8 [E + E * tiles * warps], written by
+    phase 0 (guesses, each warp's amax bits); v9 [2 E] (amax bits, verdict) before v8's."""
     experts, n, k = w.shape
+    threads, variant = spec.launch["threads"], spec.launch["variant"]
     tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
-    settle = min(tiles, -(-resident_ctas(kernel, device, spec.launch["threads"]) // experts))
-    workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)  # amax bits, phase 0's guess
+    wave = resident_ctas(kernel, device, threads)
+    if variant == "v7":
+        workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)
+    else:
+        words = experts * (1 + tiles * (threads // 32)) + (2 * experts if variant == "v9" else 0)
+        workspace = torch.empty(words, dtype=torch.int32, device=w.device)
+    if variant == "v9":
+        phases = (((tiles, experts), False), ((experts,), True), ((min(wave, tiles * experts),), True))
+    else:
+        phases = (((tiles, experts), False), ((min(tiles, -(-wave // experts)), experts), variant == "v8" and V8_PDL))
     with nvtx.annotate("refit_weights"):
-        for phase, grid in ((0, tiles), (1, settle)):
-            kernel.launch(device, (grid, experts), (spec.launch["threads"],),
-                          _kernel_args(device, w, codes, block_scales, scales, workspace, 0, phase))
+        for phase, (grid, pdl) in enumerate(phases):
+            kernel.launch(device, grid, (threads,),
+                          _kernel_args(device, w, codes, block_scales, scales, workspace, 0, phase), pdl=pdl)
     after_launch(device)
 
 
@@ -184,8 +201,8 @@ def _launch(w, codes, block_scales, scales):
     kernel = kernel_for(spec)
     threads = spec.launch["threads"]
     args = (w, codes, block_scales, scales)
-    if spec.launch["variant"] == "v7":  # speculative: one read of w when every expert's scale is the previous one
-        launch_v7(kernel, spec, device, *args)
+    if spec.launch["variant"] in ("v7", "v8", "v9"):  # speculative: one read of w when no expert's scale changed
+        launch_speculative(kernel, spec, device, *args)
         return
     if spec.launch["variant"] == "v6":  # a shared-memory pipeline per warp; workspace: amax bits, CTAs arrived
         v6 = plan_v6(device, kernel, experts, n * k, w.element_size(), threads)
@@ -287,9 +304,10 @@ def check_source(w: torch.Tensor) -> None:
 def refit_weights(w: torch.Tensor, out: nvfp4.NVFP4Tensor) -> nvfp4.NVFP4Tensor:
     """Quantize expert weights w [E, N, K] into out's preallocated buffers in place; returns out.
 
-    out[e] equals trace_kernels.nvfp4.quantize(w[e], scale="tensor") bit for bit. On NaN/Inf in an
-    expert the GPU sets the status flag and leaves that expert's buffers unchanged (variant v7: sets its
-    block scales to E4M3 NaN instead, since its first pass may already have written part of the expert).
+    out[e] equals trace_kernels.nvfp4.quantize(w[e], scale="tensor") bit for bit. The default variant (v9) takes
+    the scales out holds from the previous refit as a guess: one read of w when no expert's amax moved. On NaN/Inf
+    in an expert the GPU sets the status flag and sets that expert's block scales to E4M3 NaN (its first pass may
+    already have written part of the expert; v1..v6 leave the expert's buffers unchanged instead).
     """
     validate(w, out)
     nvfp4_refit_weights_op(w, out.codes, out.block_scales, out.scale)

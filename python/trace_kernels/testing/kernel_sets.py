@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from trace_kernels.codegen.ops import guided_fake_quantize, quantize, refit_weights
+from trace_kernels.codegen.ops import guided_fake_quantize, quantize, refit_packed, refit_weights
 from trace_kernels.codegen.spec import KernelSpec
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -22,4 +22,5 @@ def memory_kernel_specs() -> list[KernelSpec]:
     specs += [refit_weights.spec(t, v) for v in refit_weights.VARIANTS for t in DTYPES]
     specs += [refit_weights.spec(t, "v6", n) for n in refit_weights.V6_THREAD_CHOICES for t in DTYPES
               if n != refit_weights.V6_THREADS]  # bench_memory_kernels.py --refit-v6-threads, test_refit_v6_threads
+    specs += [refit_packed.spec(t, g, v) for v in refit_packed.VARIANTS for t in DTYPES for g in (1, 2)]
     return specs

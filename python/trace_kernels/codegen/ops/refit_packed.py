@@ -2,18 +2,22 @@
 (moe_layout.MoEWeights) in place, the quantize pass of ops.refit_weights_packed_
 (cuda/include/trace_kernels/refit_packed.cuh; its amax pass is refit_weights' v2 kernel).
 
-One kernel per (input dtype, row grouping): groups 1 (plain rows, the down weight) or 2 (gate/up rows
+One kernel per (input dtype, row grouping, variant): groups 1 (plain rows, the down weight) or 2 (gate/up rows
 interleaved by 8); every shape is a run-time argument. Per warp a ring of STAGES shared-memory
-buffers of one 64 x 64 record each; 4 warps per CTA.
+buffers of one 64 x 64 record each; 4 warps per CTA. Variants: "v1" refit_weights' v2 amax pass, then this
+kernel's quantize-and-pack pass; "v2" speculative (refit_packed_speculative.cuh): one kernel launched three times,
+packing with the previous sync's expert scales as a guess, then settling each expert and repacking the ones whose
+scale changed (refit_weights v8's idea in the packed layout). `VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 from trace_kernels.codegen.ops import refit_weights
 from trace_kernels.codegen.registry import OpCodegen
-from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name
+from trace_kernels.codegen.spec import CUDA_TYPES, KernelSpec, dtype_name, kernel_name, resolve_variant, variant_parts
 from trace_kernels.shapes import ModelShape
 
 NAME = "nvfp4_refit_packed"
@@ -25,6 +29,12 @@ AMAX_VARIANT = "v2"  # refit_weights' amax pass (phase 0 of its v2 kernel) runs 
 # fp32: 16 KB records, 2 stages -> 1 CTA (4 warps, 64 KB in flight) per SM
 STAGES = {"bf16": 2, "f16": 2, "f32": 2}
 MIN_BLOCKS = {"bf16": 3, "f16": 3, "f32": 1}
+VARIANTS = ("v1", "v2")
+# The default: v2, speculative like refit_weights' default (docs/toolchain.md, "refit_weights_packed_ v2"): the rollout
+# engine syncs each layer's experts into their own buffers, so the previous sync's scales are the usual guess.
+VARIANT = os.environ.get("TRACE_KERNELS_REFIT_PACKED_VARIANT", "v2")
+if VARIANT not in VARIANTS:
+    raise ValueError(f"TRACE_KERNELS_REFIT_PACKED_VARIANT={VARIANT!r}; known: {', '.join(VARIANTS)}")
 
 
 def smem_bytes(dtype) -> int:
@@ -33,16 +43,27 @@ def smem_bytes(dtype) -> int:
     return (THREADS // 32) * STAGES[short] * RECORD_ELEMS * (4 if short == "f32" else 2)
 
 
+def check_variant(variant: str | None) -> str:
+    return resolve_variant(NAME, VARIANTS, VARIANT, variant)  # VARIANT read at call time (tests patch it)
+
+
+def spec(dtype, groups: int, variant: str | None = None) -> KernelSpec:
+    return _spec(dtype, groups, check_variant(variant))
+
+
 @functools.lru_cache(maxsize=None)
-def spec(dtype, groups: int) -> KernelSpec:
+def _spec(dtype, groups: int, variant: str) -> KernelSpec:
     short = dtype_name(dtype)
     if groups not in (1, 2):
         raise ValueError(f"{NAME}: groups must be 1 or 2, got {groups}")
-    return KernelSpec(op=NAME, name=kernel_name(NAME, short, dims={"g": groups}), template=TEMPLATE,
+    speculative = variant == "v2"
+    header = "trace_kernels/refit_packed_speculative.cuh" if speculative else "trace_kernels/refit_packed.cuh"
+    return KernelSpec(op=NAME, name=kernel_name(NAME, *variant_parts(short, variant), dims={"g": groups}),
+                      template=TEMPLATE,
                       params={"cuda_type": CUDA_TYPES[short], "groups": groups, "stages": STAGES[short],
-                              "min_blocks": MIN_BLOCKS[short], "smem": smem_bytes(short)},
-                      launch={"threads": THREADS, "smem": smem_bytes(short)},
-                      headers=("trace_kernels/refit_packed.cuh",))
+                              "min_blocks": MIN_BLOCKS[short], "smem": smem_bytes(short), "speculative": speculative},
+                      launch={"threads": THREADS, "smem": smem_bytes(short), "variant": variant},
+                      headers=(header,))
 
 
 def amax_spec(dtype) -> KernelSpec:
@@ -51,6 +72,8 @@ def amax_spec(dtype) -> KernelSpec:
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
+    if check_variant(None) == "v2":
+        return [spec("bf16", 1), spec("bf16", 2)]  # down, gate_up (their own amax)
     return [spec("bf16", 1), spec("bf16", 2), amax_spec("bf16")]  # down, gate_up, amax pass
 
 

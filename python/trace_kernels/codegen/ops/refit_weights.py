@@ -12,7 +12,10 @@ one CTA per SM (`V6_THREADS` threads) in which every warp pipelines its own slic
 through a shared-memory ring (bulk copies), publishing its amax through the CTA and quantizing once
 every CTA has published, "v7" v2's two launches made speculative: the first quantizes with the
 scale the buffers hold from the previous refit while it takes the amax, the second requantizes only
-the experts whose scale changed. `VARIANT` is what the op launches.
+the experts whose scale changed, "v8" v7 with the guess checked per warp (no CTA barrier, no atomics,
+no zeroed workspace) and the second launch a programmatic dependent of the first, "v9" v8 with the
+verdicts in a launch of their own and one wave of CTAs sharing out the failed experts' tiles.
+`VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -27,17 +30,18 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
-VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
+VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9")
 # v6's threads per CTA (one CTA per SM: its rings take the shared memory), read at call time like VARIANT. Fewer warps
 # give each warp a larger slice of every expert, so its per-expert work (amax publish, ready check, scale) is spread
 # over more blocks. 384 and 512 were the fastest from 64 MB to 1 GB on the H200, 4-5 points of copy ahead of the first
 # build's 768 (docs/toolchain.md, "refit v6"). 768 keeps that build's kernel name; others add "t<threads>".
 V6_THREADS = 384
 V6_THREAD_CHOICES = (256, 384, 512, 768)
-# The default launch: v2, fastest on fresh weights in every same-run A/B since 2026-11-29 (profiling/run_gpu_checks_issue3.sh),
-# bit-exact. TRACE_KERNELS_REFIT_VARIANT overrides it, e.g. v7 for RL syncs whose experts' amax rarely moves between
-# steps (docs/toolchain.md, "refit v7").
-VARIANT = os.environ.get("TRACE_KERNELS_REFIT_VARIANT", "v2")
+# The default launch: v9, speculative (docs/toolchain.md, "refit v8 and v9"): on an RL sync's usual input, weights after
+# a small step with most experts' amax kept, 1.3-1.5x v2 from 64 MB up; v2 (two passes, no guess) is faster only when
+# the buffers hold a valid but wrong scale for most experts (e.g. one buffer set reused for unrelated weights).
+# TRACE_KERNELS_REFIT_VARIANT overrides it.
+VARIANT = os.environ.get("TRACE_KERNELS_REFIT_VARIANT", "v9")
 if VARIANT not in VARIANTS:
     raise ValueError(f"TRACE_KERNELS_REFIT_VARIANT={VARIANT!r}; known: {', '.join(VARIANTS)}")
 
