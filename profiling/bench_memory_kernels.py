@@ -13,11 +13,11 @@ over CUDA-graph replays of calls rotating over fresh input sets (working set >= 
 host overhead nor L2 reuse flatters a kernel. refit_weights v2 reads w twice (an amax pass and a
 quantize pass): its rows also carry "moved_bytes" (4.56 B/element instead of 2.56) and the
 bandwidth on those, but the target is judged on minimal bytes, as for every kernel.
-refit_weights is timed twice: on fresh random weights (every expert's amax differs from the previous call's), and
+refit_weights is timed on three kinds of input: fresh random weights (every expert's amax differs from the previous call's), and
 "steady" (--no-refit-steady skips it): sets that are one expert-weight tensor after different small steps (most
 elements moved by about 1%, every expert's largest |w| kept), as an RL policy sync sees them from step to step.
-Refit v7 and v8 take the previous call's scales as a guess, so the first is their worst case and the second their
-usual one. "mixed" (--refit-mixed FRACTION, 0 skips it): the steady sets with the amax of about that fraction of the
+Refit v7, v8 and v9 (the default) take the previous call's scales as a guess, so the first is their worst case and the
+second their usual one. "mixed" (--refit-mixed FRACTION, 0 skips it): the steady sets with the amax of about that fraction of the
 experts moved from one call to the next (the default config's RL loop moves 24% per step, profiling/amax_moves.py);
 its rows carry the fraction measured over the rotation.
 Copy = torch copy_ of the same input bytes (read + write counted). Target: >= 85% of the copy
@@ -45,8 +45,8 @@ from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
 from trace_kernels.codegen.ops import quantize as codegen_quantize
 from trace_kernels.codegen.ops import refit_weights as codegen_refit
 from trace_kernels.testing.bench import host_overhead_us, time_eager, time_graph, variants_for
-from trace_kernels.testing.weight_sets import mixed_weight_sets, steady_weight_sets
 from trace_kernels.testing.provenance import git_commit, utc_now
+from trace_kernels.testing.weight_sets import mixed_weight_sets, steady_weight_sets
 
 D = 2048
 REFIT_N, REFIT_K = 1536, 2048

@@ -14,6 +14,8 @@
 //   and NaN scales leave no finite garbage behind (unlike v1..v6, which keep the previous weights).
 // Traffic: 2.56 bytes per element when every guess holds (v2: 4.56 always), 5.13 when every guess is valid but wrong
 // (first refit: buffers hold no positive scale, so phase 0 writes nothing and v7 moves v2's bytes).
+// v8 and v9 (refit_weights_v8.cuh) reuse phase 0 with a warp-level check (kWarpEntries), the guess test and the
+// requantize tile below.
 #pragma once
 
 #include "trace_kernels/refit_weights.cuh"
@@ -108,9 +110,8 @@ __device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __rest
 template <class Cfg>
 __device__ __forceinline__ void refit_requantize_tile(const typename Cfg::T* __restrict__ w,
                                                       uint8_t* __restrict__ codes, uint8_t* __restrict__ block_scales,
-                                                      float* __restrict__ scales,
-                                                      float expert_amax, int e, int64_t t, int64_t per_expert,
-                                                      int k_dim, uint32_t* __restrict__ status) {
+                                                      float* __restrict__ scales, float expert_amax, int e, int64_t t,
+                                                      int64_t per_expert, int k_dim, uint32_t* __restrict__ status) {
   refit_quantize_tile<Cfg>(w, codes, block_scales, scales, expert_amax, e, t, per_expert, k_dim, status);
   if (nvfp4::is_finite(expert_amax)) return;
   const int64_t blocks = per_expert / 16;
