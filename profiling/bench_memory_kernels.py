@@ -13,13 +13,13 @@ over CUDA-graph replays of calls rotating over fresh input sets (working set >= 
 host overhead nor L2 reuse flatters a kernel. refit_weights v2 reads w twice (an amax pass and a
 quantize pass): its rows also carry "moved_bytes" (4.56 B/element instead of 2.56) and the
 bandwidth on those, but the target is judged on minimal bytes, as for every kernel.
-refit_weights is timed on three kinds of input: fresh random weights (every expert's amax differs from the previous call's), and
-"steady" (--no-refit-steady skips it): sets that are one expert-weight tensor after different small steps (most
-elements moved by about 1%, every expert's largest |w| kept), as an RL policy sync sees them from step to step.
-Refit v7, v8 and v9 (the default) take the previous call's scales as a guess, so the first is their worst case and the
-second their usual one. "mixed" (--refit-mixed FRACTION, 0 skips it): the steady sets with the amax of about that fraction of the
-experts moved from one call to the next (the default config's RL loop moves 24% per step, profiling/amax_moves.py);
-its rows carry the fraction measured over the rotation.
+refit_weights is timed on three kinds of input: fresh random weights (every expert's amax differs from the
+previous call's); "steady" (--no-refit-steady skips it): sets that are one expert-weight tensor after different small
+steps (most elements moved by about 1%, every expert's largest |w| kept), as an RL policy sync sees them from step to
+step; and "mixed" (--refit-mixed FRACTION, 0 skips it): the steady sets with the amax of about that fraction of the
+experts moved from one call to the next (the default config's RL loop moves 24% per step, profiling/amax_moves.py;
+its rows carry the fraction measured over the rotation). Refit v7, v8 and v9 (the default) take the previous call's
+scales as a guess: fresh weights are their worst case, steady ones their usual one.
 Copy = torch copy_ of the same input bytes (read + write counted). Target: >= 85% of the copy
 bandwidth at >= 64 MB.
 
