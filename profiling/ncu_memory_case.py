@@ -6,7 +6,9 @@
 Cases: quantize, quantize+guidance (with the BF16 operand), guided-compact, guided-compact-counters,
 guided-full (with counters), guided-full-nocounters, refit, kv_append, kv_append+guidance; each optionally `:variant` (kv_append: the
 default NVFP4 variant; the others: the codegen module's VARIANTS). The BF16 input is [rows, 2048] (refit: [E, 1536, 2048])
-of `--mb` MB, as in bench_memory_kernels.py, so the profiled launch is the one the benchmark times.
+of `--mb` MB, as in bench_memory_kernels.py, so the profiled launch is the one the benchmark times. refit's profiled
+call refits the same weights into the buffers the warm-up wrote, so a speculative variant's guesses all hold (the
+benchmark's steady input).
 """
 
 from __future__ import annotations

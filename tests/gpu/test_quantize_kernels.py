@@ -409,6 +409,38 @@ def test_refit_v8_second_launch_plain(monkeypatch, dtype):
     test_refit_after_a_small_update("v8", dtype)
 
 
+@pytest.mark.parametrize("grid", [1, 3, None, 4096])
+@pytest.mark.parametrize("experts, n, k", [(6, 48, 1024), (40, 8, 32), (3, 300, 2048)])
+def test_refit_v10_grids_and_counters(monkeypatch, grid, experts, n, k):
+    """v10 over several refits into the same buffers (the first into poisoned buffers: no guess, then a small step,
+    then weights whose amax all moved, then the same weights into poisoned codes and block scales: every guess holds,
+    so phase 0 must write every tile), with one CTA, a few, one wave (None) and more CTAs than fit at once (tiles and
+    requantize items are claimed by running CTAs, so it needs no co-residency): every refit bit-exact, and the
+    counters zero again after every launch."""
+    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
+    monkeypatch.setattr(codegen_refit, "VARIANT", "v10")
+    if grid is not None:
+        monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, 0))
+    g = torch.Generator().manual_seed(experts * 7 + (grid or 0))
+    w = torch.randn(experts, n, k, generator=g).to(torch.bfloat16)  # [E, N, K]
+    step = (w.float() * (1 + 1e-3 * torch.randn(experts, n, k, generator=g))).to(torch.bfloat16)
+    step[::2] = w[::2]  # half the experts keep their weights (and amax), the others move a little
+    moved = torch.randn(experts, n, k, generator=g).to(torch.bfloat16)
+    buffers = ops.allocate_refit_buffers(experts, n, k, "cuda")
+    for weights, poisoned in ((w, ("codes", "block_scales", "scale")), (step, ()), (moved, ()),
+                              (moved, ("codes", "block_scales"))):
+        for name in poisoned:
+            getattr(buffers, name).view(torch.uint8).fill_(0xFF)
+        ops.refit_weights(weights.cuda(), buffers)
+        torch.cuda.synchronize()
+        assert not bool(refit_module.v10_counters(buffers.scale).any()), "counters left non-zero"
+        for e in range(experts):
+            ref = nvfp4.quantize(weights[e], scale="tensor")
+            assert_same_bits(buffers.codes[e], ref.codes, f"codes[{e}]")
+            assert_same_bits(buffers.block_scales[e], ref.block_scales, f"block_scales[{e}]")
+            assert_same_bits(buffers.scale[e], ref.scale, f"scale[{e}]")
+
+
 def test_refit_large(refit_variant):
     _refit_check(128, 1536, 2048, torch.bfloat16, seed=7)  # a Qwen3-30B-A3B gate_up layer, 805 MB
 
@@ -455,7 +487,7 @@ def test_nonfinite_flag_guided_and_refit(guided_variant, refit_variant):
     ops.refit_weights(w2, buffers)
     with pytest.raises(ValueError, match=r"refit_weights .* 1 non-finite .* row 12, column 5"):
         ops.raise_on_nonfinite()
-    if refit_variant in ("v7", "v8", "v9"):  # their first pass may have written part of the bad expert: NaN scales
+    if refit_variant in ("v7", "v8", "v9", "v10"):  # their first pass may have written part of the bad expert: NaN scales
         assert bool((buffers.block_scales[1].view(torch.uint8) == 0x7F).all())
     else:
         assert torch.equal(buffers.codes[1], before)  # the bad expert keeps its previous weights

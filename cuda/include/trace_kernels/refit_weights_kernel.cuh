@@ -2,7 +2,8 @@
 // implementation (refit_weights.cuh: v1..v3, refit_weights_v4.cuh: v4, refit_weights_v5.cuh: v5,
 // refit_weights_v6.cuh: v6, refit_weights_v7.cuh: v7, refit_weights_v8.cuh: v8 and v9). The two int arguments are
 // the variant's plan: v1 (ctas_per_group, unused), v2 (unused, phase), v3 (experts per chunk, unused), v4 (lag,
-// stages), v5 (experts per chunk, unused), v6 (stages, lag), v7, v8 and v9 (unused, phase).
+// stages), v5 (experts per chunk, unused), v6 (stages, lag), v7, v8 and v9 (unused, phase). v10 takes a second
+// workspace and has an entry of its own (refit_weights_v10.cuh, the template's v10 branch).
 #pragma once
 
 #include "trace_kernels/refit_weights.cuh"

@@ -44,38 +44,38 @@ __device__ __forceinline__ int64_t refit_tiles_per_expert(int64_t per_expert) {
 // so phase 0 has no CTA barrier and no atomics, and phase 1 reduces the expert's words itself. Returns the amax the
 // caller checks the guess against: the CTA's (v7) or the warp's (v8).
 template <class Cfg, bool kWarpEntries>
-__device__ __forceinline__ float refit_publish_amax(uint32_t* __restrict__ workspace, int experts, int e, int64_t tiles,
-                                                    float amax, float guess, float* warp_amax_shared) {
+__device__ __forceinline__ float refit_publish_amax(uint32_t* __restrict__ workspace, int experts, int e, int64_t t,
+                                                    int64_t tiles, float amax, float guess, float* warp_amax_shared) {
   if constexpr (kWarpEntries) {
     amax = warp_amax_nan(amax);  // every lane: each warp checks the guess against its own amax
     const int warp = threadIdx.x / 32;
     if (threadIdx.x % 32 == 0)
-      workspace[experts + (e * tiles + blockIdx.x) * (Cfg::CTA / 32) + warp] = __float_as_uint(amax) & 0x7fffffffu;
-    if (blockIdx.x == 0 && threadIdx.x == 0) workspace[e] = __float_as_uint(guess);
+      workspace[experts + (e * tiles + t) * (Cfg::CTA / 32) + warp] = __float_as_uint(amax) & 0x7fffffffu;
+    if (t == 0 && threadIdx.x == 0) workspace[e] = __float_as_uint(guess);
   } else {
     amax = cta_amax<Cfg>(amax, warp_amax_shared);
     if (threadIdx.x == 0) {
       atomicMax(workspace + 2 * e, __float_as_uint(amax) & 0x7fffffffu);  // NaN bits win
-      if (blockIdx.x == 0) workspace[2 * e + 1] = __float_as_uint(guess);
+      if (t == 0) workspace[2 * e + 1] = __float_as_uint(guess);
     }
   }
   return amax;
 }
 
-// Phase 0, one tile (CTA * kQuantizeBlocks whole blocks, refit_quantize_tile's) of expert blockIdx.y; kWarpEntries: v8.
+// Phase 0, tile t (CTA * kQuantizeBlocks whole blocks, refit_quantize_tile's) of expert e; kWarpEntries: v8's words.
 template <class Cfg, bool kWarpEntries = false>
-__device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __restrict__ w, uint8_t* __restrict__ codes,
-                                                   uint8_t* __restrict__ block_scales, const float* __restrict__ scales,
-                                                   uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
-                                                   int k_dim, uint32_t* __restrict__ status) {
+__device__ __forceinline__ void refit_speculate_tile(const typename Cfg::T* __restrict__ w, uint8_t* __restrict__ codes,
+                                                     uint8_t* __restrict__ block_scales,
+                                                     const float* __restrict__ scales, uint32_t* __restrict__ workspace,
+                                                     int experts, int64_t per_expert, int k_dim, int e, int64_t t,
+                                                     uint32_t* __restrict__ status) {
   using T = typename Cfg::T;
   constexpr int kBlocks = Cfg::kQuantizeBlocks;
   __shared__ float warp_amax[kWarpEntries ? 1 : Cfg::CTA / 32];
-  const int e = blockIdx.y;
   const int64_t blocks = per_expert / 16;
   const int64_t tiles = refit_tiles_per_expert<Cfg>(per_expert);
   const T* we = w + static_cast<int64_t>(e) * per_expert;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * Cfg::CTA * kBlocks + threadIdx.x;
+  const int64_t first = t * Cfg::CTA * kBlocks + threadIdx.x;
   const float guess = __ldg(scales + e);
 
   Vec8<T> v[kBlocks][2];
@@ -93,7 +93,7 @@ __device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __rest
   float amax = 0.f;
 #pragma unroll
   for (int k = 0; k < kBlocks; ++k) amax = nvfp4::fmax_nan(amax, block16_abs_max<T>(v[k][0], v[k][1]));
-  amax = refit_publish_amax<Cfg, kWarpEntries>(workspace, experts, e, tiles, amax, guess, warp_amax);
+  amax = refit_publish_amax<Cfg, kWarpEntries>(workspace, experts, e, t, tiles, amax, guess, warp_amax);
   // s(amax) = RN(amax / 2688) is monotone, so a tile (v8: a warp) whose own s exceeds the guess proves it wrong; a
   // non-finite one makes the expert non-finite. Either way phase 1 rewrites the expert, and this one writes nothing.
   if (!refit_v7_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess) return;
@@ -103,6 +103,16 @@ __device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __rest
     const int64_t b = first + k * Cfg::CTA;
     if (b < blocks) refit_quantize_block<T>(v[k][0], v[k][1], scale, e, b, per_expert, k_dim, codes, block_scales, status);
   }
+}
+
+// Phase 0 of v7 and v8: grid (tiles per expert, E), one tile per CTA.
+template <class Cfg, bool kWarpEntries = false>
+__device__ __forceinline__ void refit_speculate_v7(const typename Cfg::T* __restrict__ w, uint8_t* __restrict__ codes,
+                                                   uint8_t* __restrict__ block_scales, const float* __restrict__ scales,
+                                                   uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
+                                                   int k_dim, uint32_t* __restrict__ status) {
+  refit_speculate_tile<Cfg, kWarpEntries>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim,
+                                          blockIdx.y, blockIdx.x, status);
 }
 
 // Tile t of expert e after a failed guess (or of a non-finite expert), requantized with the expert's finished amax

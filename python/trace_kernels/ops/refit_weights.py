@@ -32,7 +32,7 @@ def _reference(w, codes, block_scales, scales):
 
 
 # (grid, ctas_per_group) forced by tests (multi-tile and leftover-CTA paths) and the benchmark sweep;
-# for v3 and v5 (grid, experts per chunk); for v4 (grid, unused); for v6 (grid, most stages or 0).
+# for v3 and v5 (grid, experts per chunk); for v4 and v10 (grid, unused); for v6 (grid, most stages or 0).
 PLAN_OVERRIDE: tuple[int, int] | None = None
 
 
@@ -180,6 +180,41 @@ def launch_speculative(kernel, spec, device: int, w, codes, block_scales, scales
     after_launch(device)
 
 
+# v10's counters, int32 [V10_HEADER + 3 E] per destination (keyed by its scales tensor): zeroed once here, and left
+# zeroed by every launch (its last CTA resets them), so a call needs no memset. Two refits into the same buffers at
+# once, on two streams, would share them; they would race on the buffers anyway.
+V10_HEADER = 8
+_v10_counters: dict[tuple[int, int, int], torch.Tensor] = {}
+
+
+def v10_counters(scales: torch.Tensor) -> torch.Tensor:
+    key = (scales.device.index, scales.data_ptr(), scales.numel())
+    counters = _v10_counters.get(key)
+    if counters is None:
+        counters = torch.zeros(V10_HEADER + 3 * scales.numel(), dtype=torch.int32, device=scales.device)
+        _v10_counters[key] = counters
+    return counters
+
+
+def launch_v10(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
+    """v10: one persistent launch (refit_weights_v10.cuh), one wave of resident CTAs claiming tiles and requantize
+    items from the destination's counters; words: v8's workspace [E + E * tiles * warps], rewritten by every call."""
+    from trace_kernels.runtime import i32, i64, ptr
+    experts, n, k = w.shape
+    threads = spec.launch["threads"]
+    tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
+    if experts * tiles + resident_ctas(kernel, device, threads) >= 2**31:
+        raise ValueError(f"refit v10: {experts} x {tiles} tiles overflow its 32-bit claim counters")
+    words = torch.empty(experts * (1 + tiles * (threads // 32)), dtype=torch.int32, device=w.device)
+    counters = v10_counters(scales)
+    grid = PLAN_OVERRIDE[0] if PLAN_OVERRIDE is not None else min(resident_ctas(kernel, device, threads), experts * tiles)
+    args = [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(words), ptr(counters), i32(experts), i64(n * k),
+            i32(k), ptr(status_buffer(device))]
+    with nvtx.annotate("refit_weights"):
+        kernel.launch(device, (grid,), (threads,), args)
+    after_launch(device)
+
+
 def _launch_one(kernel, device: int, threads: int, grid: int, w, codes, block_scales, scales, workspace_words: int,
                 plan_a: int, plan_b: int, smem: int = 0, cooperative: bool = True) -> None:
     """The one launch of v1 and v3..v6: a zeroed int32 workspace, the variant's two plan integers."""
@@ -203,6 +238,9 @@ def _launch(w, codes, block_scales, scales):
     args = (w, codes, block_scales, scales)
     if spec.launch["variant"] in ("v7", "v8", "v9"):  # speculative: one read of w when no expert's scale changed
         launch_speculative(kernel, spec, device, *args)
+        return
+    if spec.launch["variant"] == "v10":  # v9's speculation in one persistent launch
+        launch_v10(kernel, spec, device, *args)
         return
     if spec.launch["variant"] == "v6":  # a shared-memory pipeline per warp; workspace: amax bits, CTAs arrived
         v6 = plan_v6(device, kernel, experts, n * k, w.element_size(), threads)

@@ -14,8 +14,10 @@ every CTA has published, "v7" v2's two launches made speculative: the first quan
 scale the buffers hold from the previous refit while it takes the amax, the second requantizes only
 the experts whose scale changed, "v8" v7 with the guess checked per warp (no CTA barrier, no atomics,
 no zeroed workspace) and the second launch a programmatic dependent of the first, "v9" v8 with the
-verdicts in a launch of their own and one wave of CTAs sharing out the failed experts' tiles.
-`VARIANT` is what the op launches.
+verdicts in a launch of their own and one wave of CTAs sharing out the failed experts' tiles, "v10" v9's
+work in one persistent launch: tiles claimed from a counter, each expert's verdict given by the CTA
+that finished its last tile, then the failed experts' tiles claimed from the same grid (its kernel
+takes a second workspace, counters that every launch leaves zeroed). `VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
-VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9")
+VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10")
 # v6's threads per CTA (one CTA per SM: its rings take the shared memory), read at call time like VARIANT. Fewer warps
 # give each warp a larger slice of every expert, so its per-expert work (amax publish, ready check, scale) is spread
 # over more blocks. 384 and 512 were the fastest from 64 MB to 1 GB on the H200, 4-5 points of copy ahead of the first
