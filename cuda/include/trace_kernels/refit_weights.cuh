@@ -264,6 +264,28 @@ __device__ __forceinline__ void refit_quantize_block(const Vec8<T>& lo, const Ve
   block_scales[bg] = step.scale_bits;
 }
 
+// Block b of expert e with a finite expert scale whose fast / exact path the caller picked (kFast = scale.fast) and
+// the block's amax already taken: refit_quantize_block's bytes without its per-block checks (speculative phase 0).
+template <typename T, bool kFast>
+__device__ __forceinline__ void refit_quantize_finite_block(const Vec8<T>& lo, const Vec8<T>& hi, float block_amax,
+                                                            const RefitExpertScale& scale, int e, int64_t b,
+                                                            int64_t per_expert, uint8_t* __restrict__ codes,
+                                                            uint8_t* __restrict__ block_scales) {
+  uint4 unused_lo, unused_hi;
+  nvfp4::BlockStep step;
+  uint2 q;
+  if constexpr (kFast) {
+    step = block_step_fast(block_amax, scale.s, scale.six_s_div);
+    q = quantize_block16_fast<T, false>(lo, hi, step, unused_lo, unused_hi);
+  } else {
+    step = nvfp4::block_step(block_amax, scale.s, scale.six_s);
+    q = quantize_block16<T>(lo, hi, step, false, unused_lo, unused_hi);
+  }
+  const int64_t bg = static_cast<int64_t>(e) * (per_expert / 16) + b;  // global block index
+  reinterpret_cast<uint2*>(codes)[bg] = q;
+  block_scales[bg] = step.scale_bits;
+}
+
 // One tile (CTA * kQuantizeBlocks whole blocks, the same elements as load_tile's tile) of expert e,
 // quantized with the expert's finished amax: each thread owns blocks strided by CTA (consecutive
 // lanes, consecutive 32-byte blocks), all loads issued first. The tile-0 CTA writes the scale.

@@ -90,19 +90,29 @@ __device__ __forceinline__ void refit_speculate_tile(const typename Cfg::T* __re
       v[k][1].zero();
     }
   }
+  float block_amax[kBlocks];
   float amax = 0.f;
 #pragma unroll
-  for (int k = 0; k < kBlocks; ++k) amax = nvfp4::fmax_nan(amax, block16_abs_max<T>(v[k][0], v[k][1]));
+  for (int k = 0; k < kBlocks; ++k) {
+    block_amax[k] = block16_abs_max<T>(v[k][0], v[k][1]);
+    amax = nvfp4::fmax_nan(amax, block_amax[k]);
+  }
   amax = refit_publish_amax<Cfg, kWarpEntries>(workspace, experts, e, t, tiles, amax, guess, warp_amax);
   // s(amax) = RN(amax / 2688) is monotone, so a tile (v8: a warp) whose own s exceeds the guess proves it wrong; a
   // non-finite one makes the expert non-finite. Either way phase 1 rewrites the expert, and this one writes nothing.
   if (!refit_v7_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess) return;
-  const RefitExpertScale scale = refit_scale_of(guess);
+  const RefitExpertScale scale = refit_scale_of(guess);  // finite here
+  const auto quantize_blocks = [&](auto fast) {  // the path picked once per tile, the block amaxes reused
 #pragma unroll
-  for (int k = 0; k < kBlocks; ++k) {
-    const int64_t b = first + k * Cfg::CTA;
-    if (b < blocks) refit_quantize_block<T>(v[k][0], v[k][1], scale, e, b, per_expert, k_dim, codes, block_scales, status);
-  }
+    for (int k = 0; k < kBlocks; ++k) {
+      const int64_t b = first + k * Cfg::CTA;
+      if (b < blocks)
+        refit_quantize_finite_block<T, decltype(fast)::value>(v[k][0], v[k][1], block_amax[k], scale, e, b, per_expert,
+                                                              codes, block_scales);
+    }
+  };
+  if (scale.fast) quantize_blocks(std::true_type{});
+  else quantize_blocks(std::false_type{});
 }
 
 // Phase 0 of v7 and v8: grid (tiles per expert, E), one tile per CTA.
