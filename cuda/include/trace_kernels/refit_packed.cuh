@@ -163,11 +163,12 @@ __device__ __forceinline__ void report_record(const uint8_t* stage, const Record
   }
 }
 
-// One record from a stage buffer -> its packed, encoded codes and scales (lane L's 64 + 8 bytes).
+// One record from a stage buffer -> its packed, encoded codes and scales (lane L's 64 + 8 bytes). known: the amax of
+// block (r0 + 8 h, j) of the lane's rows at [h][j] when the caller took them already (else nullptr: taken here).
 template <class Cfg, bool kFast>
 __device__ __forceinline__ void pack_record(const uint8_t* stage, const uint32_t (*table)[256], uint8_t* __restrict__ codes,
                                             uint8_t* __restrict__ block_scales, int64_t rec, const RefitExpertScale& x,
-                                            int lane) {
+                                            int lane, const float (*known)[4] = nullptr) {
   using T = typename Cfg::T;
   const int r0 = 16 * (lane >> 3) + (lane & 7);  // rows r0 (h = 0) and r0 + 8 (h = 1)
   uint32_t enc[4][4];                            // [q][j]: encoded fragment words
@@ -179,7 +180,7 @@ __device__ __forceinline__ void pack_record(const uint8_t* stage, const uint32_t
     for (int h = 0; h < 2; ++h) {
       const Vec8<T> lo = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * j);
       const Vec8<T> hi = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * j + 1);
-      const float block_amax = block16_abs_max<T>(lo, hi);
+      const float block_amax = known != nullptr ? known[h][j] : block16_abs_max<T>(lo, hi);
       uint4 unused_lo, unused_hi;
       nvfp4::BlockStep step;
       if constexpr (kFast) {

@@ -26,9 +26,10 @@ __device__ __forceinline__ uint32_t* ws_guesses(uint32_t* ws) { return ws; }
 __device__ __forceinline__ uint32_t* ws_settled(uint32_t* ws, int experts) { return ws + experts; }
 __device__ __forceinline__ uint32_t* ws_records(uint32_t* ws, int experts) { return ws + 3 * experts; }
 
-// The warp's amax (NaN wins) of the record in a stage buffer: lane L reads the two tile rows it packs.
+// The warp's amax (NaN wins) of the record in a stage buffer: lane L reads the two tile rows it packs, and keeps the
+// amax of each of its blocks in block_amax[h][j] for pack_record.
 template <class Cfg>
-__device__ __forceinline__ float record_amax(const uint8_t* stage, int lane) {
+__device__ __forceinline__ float record_amax(const uint8_t* stage, int lane, float (&block_amax)[2][kChunkK / 16]) {
   const int r0 = 16 * (lane >> 3) + (lane & 7);
   float amax = 0.f;
 #pragma unroll
@@ -37,7 +38,8 @@ __device__ __forceinline__ float record_amax(const uint8_t* stage, int lane) {
     for (int j = 0; j < kChunkK / 16; ++j) {
       const auto lo = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * j);
       const auto hi = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * j + 1);
-      amax = nvfp4::fmax_nan(amax, block16_abs_max<typename Cfg::T>(lo, hi));
+      block_amax[h][j] = block16_abs_max<typename Cfg::T>(lo, hi);
+      amax = nvfp4::fmax_nan(amax, block_amax[h][j]);
     }
   }
   return warp_amax_nan(amax);
@@ -67,15 +69,16 @@ __device__ __forceinline__ void speculate_pack(const typename Cfg::T* __restrict
           guess = __ldg(scales + rc.e);
           x = refit_scale_of(guess);
         }
-        const float amax = record_amax<Cfg>(stage, lane);
+        float block_amax[2][kChunkK / 16];
+        const float amax = record_amax<Cfg>(stage, lane, block_amax);
         if (lane == 0) {
           record_words[rec] = __float_as_uint(amax) & 0x7fffffffu;  // NaN bits stay above every finite amax
           if (rc.t == 0 && rc.c == 0) ws_guesses(ws)[rc.e] = __float_as_uint(guess);
         }
         if (!refit_v7_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess)
           return;  // phase 3 packs this expert
-        if (x.fast) pack_record<Cfg, true>(stage, table, codes, block_scales, rec, x, lane);
-        else pack_record<Cfg, false>(stage, table, codes, block_scales, rec, x, lane);
+        if (x.fast) pack_record<Cfg, true>(stage, table, codes, block_scales, rec, x, lane, block_amax);
+        else pack_record<Cfg, false>(stage, table, codes, block_scales, rec, x, lane, block_amax);
       });
 }
 
@@ -86,10 +89,7 @@ __device__ __forceinline__ void settle_experts(uint32_t* __restrict__ ws, int ex
   pdl::wait_for_prerequisite_grid();  // phase 1's words
   const int e = blockIdx.x;
   const uint32_t* words = ws_records(ws, experts) + static_cast<int64_t>(e) * records_per_expert;
-  float amax = 0.f;
-  for (int i = threadIdx.x; i < records_per_expert; i += kThreads)
-    amax = nvfp4::fmax_nan(amax, __uint_as_float(__ldcg(words + i)));
-  amax = warp_amax_nan(amax);
+  float amax = warp_amax_nan(thread_amax_of_words<kThreads>(words, records_per_expert));
   if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
   __syncthreads();
   if (threadIdx.x != 0) return;

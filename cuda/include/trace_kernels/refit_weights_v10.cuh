@@ -40,12 +40,7 @@ template <class Cfg>
 __device__ __forceinline__ void refit_v10_settle(const uint32_t* __restrict__ words, uint32_t* __restrict__ counters,
                                                  int experts, int e, int64_t per_expert, float* warp_amax) {
   using refit_v10::Counter;
-  const int expert_words = static_cast<int>(refit_v8_words_per_expert<Cfg>(per_expert));  // 32-bit: no spill
-  const uint32_t* mine = words + experts + static_cast<int64_t>(e) * expert_words;
-  float expert_amax = 0.f;
-  for (int i = threadIdx.x; i < expert_words; i += Cfg::CTA)
-    expert_amax = nvfp4::fmax_nan(expert_amax, __uint_as_float(__ldcg(mine + i)));
-  expert_amax = cta_amax<Cfg>(expert_amax, warp_amax);
+  const float expert_amax = refit_v8_expert_amax<Cfg>(words, experts, e, per_expert, warp_amax);
   if (threadIdx.x != 0) return;
   uint32_t* arrivals = counters + refit_v10::kHeader;
   uint32_t* failed_list = arrivals + experts;

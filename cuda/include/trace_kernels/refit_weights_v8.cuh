@@ -26,12 +26,9 @@ __device__ __forceinline__ int64_t refit_v8_words_per_expert(int64_t per_expert)
 template <class Cfg>
 __device__ __forceinline__ float refit_v8_expert_amax(const uint32_t* __restrict__ workspace, int experts, int e,
                                                       int64_t per_expert, float* warp_amax) {
-  const int64_t words = refit_v8_words_per_expert<Cfg>(per_expert);
-  const uint32_t* expert_words = workspace + experts + e * words;
-  float amax = 0.f;
-  for (int64_t i = threadIdx.x; i < words; i += Cfg::CTA)
-    amax = nvfp4::fmax_nan(amax, __uint_as_float(__ldcg(expert_words + i)));
-  return cta_amax<Cfg>(amax, warp_amax);
+  const int words = static_cast<int>(refit_v8_words_per_expert<Cfg>(per_expert));  // < 2^31: host-checked block count
+  const uint32_t* expert_words = workspace + experts + static_cast<int64_t>(e) * words;
+  return cta_amax<Cfg>(thread_amax_of_words<Cfg::CTA>(expert_words, words), warp_amax);
 }
 
 template <class Cfg>
