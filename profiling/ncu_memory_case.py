@@ -4,11 +4,12 @@
         python profiling/ncu_memory_case.py quantize:v2 --mb 64
 
 Cases: quantize, quantize+guidance (with the BF16 operand), guided-compact, guided-compact-counters,
-guided-full (with counters), guided-full-nocounters, refit, kv_append, kv_append+guidance; each optionally `:variant` (kv_append: the
-default NVFP4 variant; the others: the codegen module's VARIANTS). The BF16 input is [rows, 2048] (refit: [E, 1536, 2048])
-of `--mb` MB, as in bench_memory_kernels.py, so the profiled launch is the one the benchmark times. refit's profiled
-call refits the same weights into the buffers the warm-up wrote, so a speculative variant's guesses all hold (the
-benchmark's steady input).
+guided-full (with counters), guided-full-nocounters, refit, refit_packed (a Qwen3-30B-A3B gate_up, whatever --mb),
+kv_append, kv_append+guidance; each optionally `:variant` (kv_append: the default NVFP4 variant; the others: the codegen
+module's VARIANTS). The BF16 input is [rows, 2048] (refit: [E, 1536, 2048])
+of `--mb` MB, as in bench_memory_kernels.py, so the profiled launch is the one the benchmark times. refit's and
+refit_packed's profiled call refits the same weights into the buffers the warm-up wrote, so a speculative variant's
+guesses all hold (the benchmark's steady input).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from trace_kernels import nvfp4, ops
 from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
 from trace_kernels.codegen.ops import quantize as codegen_quantize
+from trace_kernels.codegen.ops import refit_packed as codegen_packed
 from trace_kernels.codegen.ops import refit_weights as codegen_refit
 
 D, REFIT_N, REFIT_K = 2048, 1536, 2048
@@ -60,6 +62,11 @@ def workload(case: str, size: int, kv_variant: str | None = None):
         caches = [kv_cache.allocate_nvfp4_pages(tokens // page, page, hkv, d, device="cuda") for _ in range(2)]
         guidance = case == "kv_append+guidance"
         return lambda: kv_append(k, v, slots, *caches, guidance=guidance, check_values=False, variant=kv_variant)
+    if case == "refit_packed":  # the engine's sync of one Qwen3-30B-A3B gate_up [128, 1536, 2048] (--mb is ignored)
+        from trace_kernels import moe_layout
+        w = torch.randn(128, 1536, 2048, device="cuda", dtype=torch.bfloat16)  # [E, 2 I, H]: [gate; up] rows
+        dst = moe_layout.empty_weights(128, 1536, 2048, "cuda")
+        return lambda: ops.refit_weights_packed_(w, dst, 2)
     if case == "refit":
         experts = max(1, size // (2 * REFIT_N * REFIT_K))
         w = torch.randn(experts, REFIT_N, REFIT_K, device="cuda", dtype=torch.bfloat16)  # [E, N, K]
@@ -68,7 +75,8 @@ def workload(case: str, size: int, kv_variant: str | None = None):
     raise SystemExit(f"unknown case {case!r}")
 
 
-MODULES = {"quantize": codegen_quantize, "quantize+guidance": codegen_quantize, "refit": codegen_refit}
+MODULES = {"quantize": codegen_quantize, "quantize+guidance": codegen_quantize, "refit": codegen_refit,
+           "refit_packed": codegen_packed}
 
 
 def main(argv=None) -> int:
