@@ -1,8 +1,7 @@
 // refit v10: v9's speculative refit in one launch.
 //
 // v9 runs three kernels: phase 0 (quantize with the previous scale as a guess, per-warp amax words), the verdicts,
-// and a wave that requantizes the experts whose guess failed. Its launches and the last wave of each kernel cost
-// ~10 us at 64 MB (31 us against 21 us at copy speed). v10 does the same work in one persistent launch:
+// and a wave that requantizes the experts whose guess failed. v10 does the same work in one persistent launch:
 // - phase 0: CTAs claim tiles in expert order from a counter (claimed one tile ahead, so the claim's latency hides
 //   behind a tile) and run v8's tile (refit_speculate_tile). Each finished tile counts one arrival on its expert.
 // - the CTA whose tile is an expert's last gives that expert's verdict at once: it reduces the expert's warp words
@@ -12,7 +11,9 @@
 // No CTA waits for a tile that no running CTA holds: tiles and items are claimed by running CTAs only, so the grid need
 // not be co-resident (it is one wave of resident CTAs for speed). Counters (int32 [8 + 3 E]) are zeroed once by the
 // host and reset by the last CTA to leave, so nothing is zeroed per call; the warp words are v8's, rewritten by every
-// call. Same bytes as v9: 2.56 per element when every guess holds.
+// call. Same bytes as v9: 2.56 per element when every guess holds. Slower than v9 on the H200 (docs/toolchain.md,
+// "refit v10"): each arrival is a release whose fence waits for thread 0's code stores, and the CTA waits for it
+// before its next tile; v9 gets that ordering from its kernel boundaries.
 #pragma once
 
 #include <cuda/atomic>

@@ -18,6 +18,8 @@
 // requantize tile below.
 #pragma once
 
+#include <type_traits>
+
 #include "trace_kernels/refit_weights.cuh"
 
 namespace trace_kernels {
