@@ -409,16 +409,18 @@ def test_refit_v8_second_launch_plain(monkeypatch, dtype):
     test_refit_after_a_small_update("v8", dtype)
 
 
+@pytest.mark.parametrize("variant", ["v10", "v11"])
 @pytest.mark.parametrize("grid", [1, 3, None, 4096])
 @pytest.mark.parametrize("experts, n, k", [(6, 48, 1024), (40, 8, 32), (3, 300, 2048)])
-def test_refit_v10_grids_and_counters(monkeypatch, grid, experts, n, k):
-    """v10 over several refits into the same buffers (the first into poisoned buffers: no guess, then a small step,
-    then weights whose amax all moved, then the same weights into poisoned codes and block scales: every guess holds,
-    so phase 0 must write every tile), with one CTA, a few, one wave (None) and more CTAs than fit at once (tiles and
-    requantize items are claimed by running CTAs, so it needs no co-residency): every refit bit-exact, and the
-    counters (header, arrivals, failed list) zero again after every launch."""
+def test_refit_v10_v11_grids_and_counters(monkeypatch, variant, grid, experts, n, k):
+    """v10 and v11 over several refits into the same buffers (the first into poisoned buffers: no guess, then a small
+    step, then weights whose amax all moved, then the same weights into poisoned codes and block scales: every guess
+    holds, so phase 0 must write every tile), with one CTA, a few, one wave (None) and more CTAs than fit at once
+    (v10's grid; v11's requantize wave): every refit bit-exact. v10 claims tiles and requantize items from running CTAs
+    only, so it needs no co-residency; its counters (header, arrivals, failed list) are zero again after every
+    launch. v11's epoch moves on by one per refit and its count of CTAs that left returns to zero."""
     refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", "v10")
+    monkeypatch.setattr(codegen_refit, "VARIANT", variant)
     if grid is not None:
         monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, 0))
     g = torch.Generator().manual_seed(experts * 7 + (grid or 0))
@@ -427,14 +429,20 @@ def test_refit_v10_grids_and_counters(monkeypatch, grid, experts, n, k):
     step[::2] = w[::2]  # half the experts keep their weights (and amax), the others move a little
     moved = torch.randn(experts, n, k, generator=g).to(torch.bfloat16)
     buffers = ops.allocate_refit_buffers(experts, n, k, "cuda")
+    epoch = int(refit_module.destination_counters(buffers.scale, "v11")[0]) if variant == "v11" else 0
     for weights, poisoned in ((w, ("codes", "block_scales", "scale")), (step, ()), (moved, ()),
                               (moved, ("codes", "block_scales"))):
         for name in poisoned:
             getattr(buffers, name).view(torch.uint8).fill_(0xFF)
         ops.refit_weights(weights.cuda(), buffers)
         torch.cuda.synchronize()
-        counters = refit_module.v10_counters(buffers.scale)[:refit_module.V10_HEADER + 2 * experts]  # amax bits: any
-        assert not bool(counters.any()), f"counters left non-zero: {counters.tolist()}"
+        if variant == "v10":
+            counters = refit_module.v10_counters(buffers.scale)[:refit_module.V10_HEADER + 2 * experts]  # amax bits: any
+            assert not bool(counters.any()), f"counters left non-zero: {counters.tolist()}"
+        else:
+            epoch += 1
+            counters = refit_module.destination_counters(buffers.scale, "v11")
+            assert counters[:2].tolist() == [epoch, 0], "epoch, CTAs that left"
         for e in range(experts):
             ref = nvfp4.quantize(weights[e], scale="tensor")
             assert_same_bits(buffers.codes[e], ref.codes, f"codes[{e}]")
@@ -444,6 +452,28 @@ def test_refit_v10_grids_and_counters(monkeypatch, grid, experts, n, k):
 
 def test_refit_large(refit_variant):
     _refit_check(128, 1536, 2048, torch.bfloat16, seed=7)  # a Qwen3-30B-A3B gate_up layer, 805 MB
+
+
+def test_refit_graph_replays_follow_the_weights(refit_variant):
+    """One captured refit replayed on weights that stay (every guess of a speculative variant holds), shrink (no warp
+    confirms the guess: marks or verdicts left by an earlier replay must not count) and grow."""
+    experts, n, k = 5, 40, 512
+    w = torch.randn(experts, n, k, dtype=torch.bfloat16, device="cuda")  # [E, N, K]
+    buffers = ops.allocate_refit_buffers(experts, n, k, "cuda")
+    ops.refit_weights(w, buffers)  # warm up (build, status buffer, counters) outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with capture_graph(graph):
+        ops.refit_weights(w, buffers)
+    base = w.clone()
+    for factor in (1.0, 1.0, 0.5, 0.5, 3.0):
+        w.copy_(base * factor)
+        buffers.codes.fill_(0xFF)  # an unwritten tile shows
+        graph.replay()
+        torch.cuda.synchronize()
+        for e in range(experts):
+            ref = nvfp4.quantize(w[e].cpu(), scale="tensor")
+            assert_same_bits(buffers.codes[e], ref.codes, f"x{factor} codes[{e}]")
+            assert_same_bits(buffers.scale[e], ref.scale, f"x{factor} scale[{e}]")
 
 
 def test_refit_graph_replay_keeps_addresses(refit_variant):
@@ -488,7 +518,7 @@ def test_nonfinite_flag_guided_and_refit(guided_variant, refit_variant):
     ops.refit_weights(w2, buffers)
     with pytest.raises(ValueError, match=r"refit_weights .* 1 non-finite .* row 12, column 5"):
         ops.raise_on_nonfinite()
-    if refit_variant in ("v7", "v8", "v9", "v10"):  # their first pass may have written part of the bad expert: NaN scales
+    if refit_variant in ("v7", "v8", "v9", "v10", "v11"):  # their first pass may have written part of the bad expert
         assert bool((buffers.block_scales[1].view(torch.uint8) == 0x7F).all())
     else:
         assert torch.equal(buffers.codes[1], before)  # the bad expert keeps its previous weights

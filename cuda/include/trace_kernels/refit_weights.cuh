@@ -41,7 +41,7 @@ struct RefitConfig {
   using T = T_;
   static constexpr int CTA = CTA_;
   static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ >= 1 && VARIANT_ <= 10, "variants: 1 .. 10");
+  static_assert(VARIANT_ >= 1 && VARIANT_ <= 11, "variants: 1 .. 11");
   static constexpr int kSlots = KSLOTS_;                   // half blocks per thread per tile (v2: per phase-0 tile)
   static constexpr int kQuantizeBlocks = KSLOTS_ / 2;      // v2 phase 1: whole blocks per thread
   static_assert(VARIANT_ == 1 || KSLOTS_ % 2 == 0, "v2/v3 quantize whole blocks (pairs of half blocks)");

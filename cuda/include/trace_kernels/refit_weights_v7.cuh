@@ -65,12 +65,15 @@ __device__ __forceinline__ float refit_publish_amax(uint32_t* __restrict__ works
 }
 
 // Phase 0, tile t (CTA * kQuantizeBlocks whole blocks, refit_quantize_tile's) of expert e; kWarpEntries: v8's words.
-template <class Cfg, bool kWarpEntries = false>
+// kMarks (v11): with a valid guess, lane 0 of a warp whose own scale exceeds the guess (or whose amax is not finite)
+// stores epoch in marks[experts + e] ("disproved"), one whose scale equals it in marks[e] ("confirmed").
+template <class Cfg, bool kWarpEntries = false, bool kMarks = false>
 __device__ __forceinline__ void refit_speculate_tile(const typename Cfg::T* __restrict__ w, uint8_t* __restrict__ codes,
                                                      uint8_t* __restrict__ block_scales,
                                                      const float* __restrict__ scales, uint32_t* __restrict__ workspace,
                                                      int experts, int64_t per_expert, int k_dim, int e, int64_t t,
-                                                     uint32_t* __restrict__ status) {
+                                                     uint32_t* __restrict__ status, uint32_t* __restrict__ marks = nullptr,
+                                                     uint32_t epoch = 0) {
   using T = typename Cfg::T;
   constexpr int kBlocks = Cfg::kQuantizeBlocks;
   __shared__ float warp_amax[kWarpEntries ? 1 : Cfg::CTA / 32];
@@ -100,6 +103,13 @@ __device__ __forceinline__ void refit_speculate_tile(const typename Cfg::T* __re
     amax = nvfp4::fmax_nan(amax, block_amax[k]);
   }
   amax = refit_publish_amax<Cfg, kWarpEntries>(workspace, experts, e, t, tiles, amax, guess, warp_amax);
+  if constexpr (kMarks) {
+    if (threadIdx.x % 32 == 0 && refit_v7_guess_valid(guess)) {
+      const float warp_scale = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
+      if (!nvfp4::is_finite(amax) || warp_scale > guess) marks[experts + e] = epoch;
+      else if (warp_scale == guess) marks[e] = epoch;
+    }
+  }
   // s(amax) = RN(amax / 2688) is monotone, so a tile (v8: a warp) whose own s exceeds the guess proves it wrong; a
   // non-finite one makes the expert non-finite. Either way phase 1 rewrites the expert, and this one writes nothing.
   if (!refit_v7_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess) return;

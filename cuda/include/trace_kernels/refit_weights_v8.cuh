@@ -73,16 +73,21 @@ __device__ __forceinline__ void refit_verdict_v9(uint32_t* __restrict__ workspac
   workspace[2 * e + 1] = held ? 0u : 1u;
 }
 
-// The first expert of e, e - 1, ..., 0 whose verdict word verdicts[2 x + 1] is set, or -1: the warp reads 32 of them
-// per load (every lane of the warp calls it with the same e). A chain of one load per expert cost v9's first build
-// ~60 us at 170 experts on steady weights.
-__device__ __forceinline__ int refit_next_failed_expert(const uint32_t* __restrict__ verdicts, int e) {
+// The first expert x of e, e - 1, ..., 0 for which failed_expert(x) holds, or -1: the warp tests 32 of them at once
+// (every lane of the warp calls it with the same e). A chain of one load per expert cost v9's first build ~60 us at
+// 170 experts on steady weights. refit_next_failed_expert: the verdict word verdicts[2 x + 1] set.
+template <class Failed>
+__device__ __forceinline__ int refit_next_expert_where(Failed failed_expert, int e) {
   const int lane = threadIdx.x % 32;
   for (; e >= 0; e -= 32) {
-    const unsigned failed = __ballot_sync(0xffffffffu, e - lane >= 0 && __ldcg(verdicts + 2 * (e - lane) + 1) != 0u);
+    const unsigned failed = __ballot_sync(0xffffffffu, e - lane >= 0 && failed_expert(e - lane));
     if (failed) return e - (__ffs(failed) - 1);
   }
   return -1;
+}
+
+__device__ __forceinline__ int refit_next_failed_expert(const uint32_t* __restrict__ verdicts, int e) {
+  return refit_next_expert_where([verdicts](int x) { return __ldcg(verdicts + 2 * x + 1) != 0u; }, e);
 }
 
 template <class Cfg>

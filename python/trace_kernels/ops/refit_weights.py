@@ -32,7 +32,7 @@ def _reference(w, codes, block_scales, scales):
 
 
 # (grid, ctas_per_group) forced by tests (multi-tile and leftover-CTA paths) and the benchmark sweep;
-# for v3 and v5 (grid, experts per chunk); for v4 and v10 (grid, unused); for v6 (grid, most stages or 0).
+# for v3 and v5 (grid, experts per chunk); for v4, v10 and v11 (grid, unused); for v6 (grid, most stages or 0).
 PLAN_OVERRIDE: tuple[int, int] | None = None
 
 
@@ -180,20 +180,45 @@ def launch_speculative(kernel, spec, device: int, w, codes, block_scales, scales
     after_launch(device)
 
 
-# v10's counters, int32 [V10_HEADER + 3 E] per destination (keyed by its scales tensor): zeroed once here, and left
-# zeroed by every launch (its last CTA resets them), so a call needs no memset. Two refits into the same buffers at
-# once, on two streams, would share them; they would race on the buffers anyway.
-V10_HEADER = 8
-_v10_counters: dict[tuple[int, int, int], torch.Tensor] = {}
+# The counters of v10 (int32 [8 + 3 E]: left zeroed by every launch, its last CTA resets them) and v11 (int32 [8 + 2 E]:
+# the epoch, which every launch advances, and per-expert marks) per destination, keyed by its scales tensor: zeroed
+# once here, so a call needs no memset. Two refits into the same buffers at once, on two streams, would share them;
+# they would race on the buffers anyway.
+COUNTERS_HEADER = 8
+V10_HEADER = COUNTERS_HEADER
+_destination_counters: dict[tuple[str, int, int, int], torch.Tensor] = {}
+
+
+def destination_counters(scales: torch.Tensor, variant: str) -> torch.Tensor:
+    key = (variant, scales.device.index, scales.data_ptr(), scales.numel())
+    counters = _destination_counters.get(key)
+    if counters is None:
+        words = COUNTERS_HEADER + {"v10": 3, "v11": 2}[variant] * scales.numel()
+        counters = torch.zeros(words, dtype=torch.int32, device=scales.device)
+        _destination_counters[key] = counters
+    return counters
 
 
 def v10_counters(scales: torch.Tensor) -> torch.Tensor:
-    key = (scales.device.index, scales.data_ptr(), scales.numel())
-    counters = _v10_counters.get(key)
-    if counters is None:
-        counters = torch.zeros(V10_HEADER + 3 * scales.numel(), dtype=torch.int32, device=scales.device)
-        _v10_counters[key] = counters
-    return counters
+    return destination_counters(scales, "v10")
+
+
+def launch_v11(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
+    """v11: phase 0 over every tile (grid (tiles, E), v8's warp words plus the confirm / disprove marks), then phase 1,
+    one wave sharing out the failed experts' tiles (a programmatic dependent launch); words: v8's workspace."""
+    from trace_kernels.runtime import i32, i64, ptr
+    experts, n, k = w.shape
+    threads = spec.launch["threads"]
+    tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
+    words = torch.empty(experts * (1 + tiles * (threads // 32)), dtype=torch.int32, device=w.device)
+    counters = destination_counters(scales, "v11")
+    wave = PLAN_OVERRIDE[0] if PLAN_OVERRIDE is not None else min(resident_ctas(kernel, device, threads), experts * tiles)
+    with nvtx.annotate("refit_weights"):
+        for phase, grid in ((0, (tiles, experts)), (1, (wave,))):
+            kernel.launch(device, grid, (threads,),
+                          [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(words), ptr(counters), i32(experts),
+                           i64(n * k), i32(k), i32(phase), ptr(status_buffer(device))], pdl=phase == 1)
+    after_launch(device)
 
 
 def launch_v10(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
@@ -241,6 +266,9 @@ def _launch(w, codes, block_scales, scales):
         return
     if spec.launch["variant"] == "v10":  # v9's speculation in one persistent launch
         launch_v10(kernel, spec, device, *args)
+        return
+    if spec.launch["variant"] == "v11":  # v9's speculation in two launches, verdicts from per-expert marks
+        launch_v11(kernel, spec, device, *args)
         return
     if spec.launch["variant"] == "v6":  # a shared-memory pipeline per warp; workspace: amax bits, CTAs arrived
         v6 = plan_v6(device, kernel, experts, n * k, w.element_size(), threads)

@@ -17,7 +17,9 @@ no zeroed workspace) and the second launch a programmatic dependent of the first
 verdicts in a launch of their own and one wave of CTAs sharing out the failed experts' tiles, "v10" v9's
 work in one persistent launch: tiles claimed from a counter, each expert's verdict given by the CTA
 that finished its last tile, then the failed experts' tiles claimed from the same grid (its kernel
-takes a second workspace, counters that every launch leaves zeroed). `VARIANT` is what the op launches.
+takes a second workspace, counters that every launch leaves zeroed), "v11" v8's two launches with v9's
+shared-out requantize wave, the verdicts read from per-expert marks that phase 0's warps store with
+a device-side epoch (a second workspace too). `VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
-VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10")
+VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11")
 # v6's threads per CTA (one CTA per SM: its rings take the shared memory), read at call time like VARIANT. Fewer warps
 # give each warp a larger slice of every expert, so its per-expert work (amax publish, ready check, scale) is spread
 # over more blocks. 384 and 512 were the fastest from 64 MB to 1 GB on the H200, 4-5 points of copy ahead of the first
