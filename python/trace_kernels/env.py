@@ -42,7 +42,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
                                 "quantized by the quantize kernel after the GEMM)"),
     Knob("REFIT_VARIANT", "v9", "refit_weights kernel: v9 (quantizes with the previous refit's scales as a guess: one "
                                 "read of the weights when no expert's amax moved) or v2 (an amax pass, then a quantize "
-                                "pass: for buffers reused for unrelated weights); v1, v3..v8, v10 for A/B runs"),
+                                "pass: for buffers reused for unrelated weights); v1, v3..v8, v10, v11 for A/B runs"),
     Knob("REFIT_PACKED_VARIANT", "v2", "refit_weights_packed_ (the engine's weight sync): v2 (packs with the previous "
                                        "sync's scales as a guess, repacks the experts whose scale changed) or v1 "
                                        "(refit's amax pass, then a quantize-and-pack pass)"),
