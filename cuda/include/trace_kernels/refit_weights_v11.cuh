@@ -65,17 +65,7 @@ __device__ __forceinline__ void refit_requantize_v11(const typename Cfg::T* __re
   const int64_t tiles = refit_tiles_per_expert<Cfg>(per_expert);
   const int64_t total = experts * tiles, stride = gridDim.x;
   const auto failed = [words, marks, experts, epoch](int x) { return refit_v11_failed(words, marks, experts, x, epoch); };
-  // Global tile g is tile g % tiles of expert experts - 1 - g / tiles, as in v9's wave.
-  const auto next = [&](int64_t g) {
-    while (g < total) {
-      const int e = experts - 1 - static_cast<int>(g / tiles);
-      const int f = refit_next_expert_where(failed, e);
-      if (f < 0) return total;
-      if (f == e) return g;
-      g += ((experts - 1 - f) * tiles - g + stride - 1) / stride * stride;  // its first tile in g's residue
-    }
-    return g;
-  };
+  const auto next = [&](int64_t g) { return refit_next_failed_tile(failed, g, experts, tiles, stride); };
   int amax_of = -1;
   float expert_amax = 0.f;
   for (int64_t g = next(blockIdx.x); g < total; g = next(g + stride)) {

@@ -90,6 +90,23 @@ __device__ __forceinline__ int refit_next_failed_expert(const uint32_t* __restri
   return refit_next_expert_where([verdicts](int x) { return __ldcg(verdicts + 2 * x + 1) != 0u; }, e);
 }
 
+// v9's and v11's requantize waves: global tile g is tile g % tiles of expert experts - 1 - g / tiles (reversed: the
+// first re-reads hit what phase 0 left in L2). The first g' >= g in g's residue mod stride whose expert failed, or
+// experts * tiles; held experts are passed in one jump.
+template <class Failed>
+__device__ __forceinline__ int64_t refit_next_failed_tile(Failed failed_expert, int64_t g, int experts, int64_t tiles,
+                                                          int64_t stride) {
+  const int64_t total = experts * tiles;
+  while (g < total) {
+    const int e = experts - 1 - static_cast<int>(g / tiles);
+    const int failed = refit_next_expert_where(failed_expert, e);
+    if (failed < 0) return total;
+    if (failed == e) return g;
+    g += ((experts - 1 - failed) * tiles - g + stride - 1) / stride * stride;  // its first tile in g's residue
+  }
+  return g;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void refit_requantize_v9(const typename Cfg::T* __restrict__ w, uint8_t* __restrict__ codes,
                                                     uint8_t* __restrict__ block_scales, float* __restrict__ scales,
@@ -98,18 +115,8 @@ __device__ __forceinline__ void refit_requantize_v9(const typename Cfg::T* __res
   pdl::wait_for_prerequisite_grid();  // phase 1's verdicts (phase 1 waited for phase 0)
   const int64_t tiles = refit_tiles_per_expert<Cfg>(per_expert);
   const int64_t total = experts * tiles, stride = gridDim.x;
-  // Global tile g is tile g % tiles of expert experts - 1 - g / tiles (reversed: the first re-reads hit what phase 0
-  // left in L2). next(g): the first g' >= g in g's residue whose expert failed, past held experts in one jump.
-  const auto next = [&](int64_t g) {
-    while (g < total) {
-      const int e = experts - 1 - static_cast<int>(g / tiles);
-      const int failed = refit_next_failed_expert(workspace, e);
-      if (failed < 0) return total;
-      if (failed == e) return g;
-      g += ((experts - 1 - failed) * tiles - g + stride - 1) / stride * stride;  // its first tile in g's residue
-    }
-    return g;
-  };
+  const auto failed = [workspace](int x) { return __ldcg(workspace + 2 * x + 1) != 0u; };
+  const auto next = [&](int64_t g) { return refit_next_failed_tile(failed, g, experts, tiles, stride); };
   for (int64_t g = next(blockIdx.x); g < total; g = next(g + stride)) {
     const int e = experts - 1 - static_cast<int>(g / tiles);
     const float expert_amax = __uint_as_float(__ldcg(workspace + 2 * e));
