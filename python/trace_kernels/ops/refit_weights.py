@@ -136,16 +136,34 @@ def _kernel_args(device: int, w, codes, block_scales, scales, workspace, plan_a:
             i32(plan_a), i32(plan_b), ptr(status_buffer(device))]
 
 
+def tiles_per_expert(spec, w) -> int:
+    """Phase-0 tiles of one expert of w [E, N, K] (refit_tiles_per_expert in refit_weights.cuh)."""
+    _, n, k = w.shape
+    return -(-(n * k // 8) // spec.launch["tile_half_blocks"])
+
+
+def warp_words(w, tiles: int, threads: int, extra: int = 0) -> torch.Tensor:
+    """v8's phase-0 workspace, int32 [E + E * tiles * warps] (each expert's guess, then each warp's amax bits, rewritten
+    by every call), after `extra` words of the variant's own."""
+    experts = w.shape[0]
+    return torch.empty(extra + experts * (1 + tiles * (threads // 32)), dtype=torch.int32, device=w.device)
+
+
+def one_wave(kernel, device: int, threads: int, items: int) -> int:
+    """CTAs for a grid that loops over `items`: one wave of resident CTAs, or PLAN_OVERRIDE's grid."""
+    if PLAN_OVERRIDE is not None:
+        return PLAN_OVERRIDE[0]
+    return min(resident_ctas(kernel, device, threads), items)
+
+
 def launch_v2_pass(w, codes, block_scales, scales, workspace, phase: int) -> None:
     """One pass of refit v2 on w [E, N, K]: phase 0 the per-expert amax into workspace (int32 [2 E], zeroed;
     codes / block_scales / scales untouched, may be None), phase 1 the quantization. refit_weights_packed_
     runs phase 0 before its own quantize-and-pack pass."""
     from trace_kernels.runtime import kernel_for
     device = check_cuda_device(w)
-    experts, n, k = w.shape
     spec = codegen_refit.spec(w.dtype, "v2")
-    tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
-    kernel_for(spec).launch(device, (tiles, experts), (spec.launch["threads"],),
+    kernel_for(spec).launch(device, (tiles_per_expert(spec, w), w.shape[0]), (spec.launch["threads"],),
                             _kernel_args(device, w, codes, block_scales, scales, workspace, 0, phase))
 
 
@@ -160,15 +178,14 @@ def launch_speculative(kernel, spec, device: int, w, codes, block_scales, scales
     where the guess held); v9: phase 1 one CTA per expert (its verdict), phase 2 one wave sharing out the tiles of the
     experts whose guess failed. Workspace: v7 [2 E] zeroed (amax bits, guess); v8 [E + E * tiles * warps], written by
     phase 0 (guesses, each warp's amax bits); v9 [2 E] (amax bits, verdict) before v8's."""
-    experts, n, k = w.shape
+    experts = w.shape[0]
     threads, variant = spec.launch["threads"], spec.launch["variant"]
-    tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
+    tiles = tiles_per_expert(spec, w)
     wave = resident_ctas(kernel, device, threads)
     if variant == "v7":
         workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)
     else:
-        words = experts * (1 + tiles * (threads // 32)) + (2 * experts if variant == "v9" else 0)
-        workspace = torch.empty(words, dtype=torch.int32, device=w.device)
+        workspace = warp_words(w, tiles, threads, extra=2 * experts if variant == "v9" else 0)
     if variant == "v9":
         phases = (((tiles, experts), False), ((experts,), True), ((min(wave, tiles * experts),), True))
     else:
@@ -209,10 +226,10 @@ def launch_v11(kernel, spec, device: int, w, codes, block_scales, scales) -> Non
     from trace_kernels.runtime import i32, i64, ptr
     experts, n, k = w.shape
     threads = spec.launch["threads"]
-    tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
-    words = torch.empty(experts * (1 + tiles * (threads // 32)), dtype=torch.int32, device=w.device)
+    tiles = tiles_per_expert(spec, w)
+    words = warp_words(w, tiles, threads)
     counters = destination_counters(scales, "v11")
-    wave = PLAN_OVERRIDE[0] if PLAN_OVERRIDE is not None else min(resident_ctas(kernel, device, threads), experts * tiles)
+    wave = one_wave(kernel, device, threads, experts * tiles)
     with nvtx.annotate("refit_weights"):
         for phase, grid in ((0, (tiles, experts)), (1, (wave,))):
             kernel.launch(device, grid, (threads,),
@@ -227,12 +244,12 @@ def launch_v10(kernel, spec, device: int, w, codes, block_scales, scales) -> Non
     from trace_kernels.runtime import i32, i64, ptr
     experts, n, k = w.shape
     threads = spec.launch["threads"]
-    tiles = -(-(n * k // 8) // spec.launch["tile_half_blocks"])
+    tiles = tiles_per_expert(spec, w)
     if experts * tiles + resident_ctas(kernel, device, threads) >= 2**31:
         raise ValueError(f"refit v10: {experts} x {tiles} tiles overflow its 32-bit claim counters")
-    words = torch.empty(experts * (1 + tiles * (threads // 32)), dtype=torch.int32, device=w.device)
+    words = warp_words(w, tiles, threads)
     counters = v10_counters(scales)
-    grid = PLAN_OVERRIDE[0] if PLAN_OVERRIDE is not None else min(resident_ctas(kernel, device, threads), experts * tiles)
+    grid = one_wave(kernel, device, threads, experts * tiles)
     args = [ptr(w), ptr(codes), ptr(block_scales), ptr(scales), ptr(words), ptr(counters), i32(experts), i64(n * k),
             i32(k), ptr(status_buffer(device))]
     with nvtx.annotate("refit_weights"):
