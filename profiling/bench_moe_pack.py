@@ -11,11 +11,12 @@ CUDA-graph replays rotating fresh input sets (working set >= 4x L2, trace_kernel
   fused      ops.refit_weights_packed_ (amax pass + quantize-and-pack pass, one op); its amax pass is also
              timed alone, and the quantize pass reported as the difference (on the same minimal bytes)
   copy       w.copy_ into a same-size buffer (read + write counted)
-  speculative (--speculative-mixed FRACTION; negative skips it) the op's variant v2, which packs with the previous
-             sync's expert scales as a guess, on fresh weights (every guess valid and wrong: its worst case), steady
-             ones (every expert's amax kept: every guess holds) and mixed (about FRACTION of the experts' amax moved
-             per call; trace_kernels.testing.weight_sets), and v1 on the steady ones; v2's output after each of four
-             syncs in a row (mixed, then steady sets) is compared bit for bit with v1's on the same weights
+  speculative (--speculative-mixed FRACTION; negative skips it) the op's speculative variants (--speculative-variants,
+             default v2 and v3), which pack with the previous sync's expert scales as a guess, on fresh weights (every
+             guess valid and wrong: their worst case), steady ones (every expert's amax kept: every guess holds) and
+             mixed (about FRACTION of the experts' amax moved per call; trace_kernels.testing.weight_sets), and v1 on
+             the steady ones; each variant's output after each of four syncs in a row (mixed, then steady sets) is
+             compared bit for bit with v1's on the same weights
 Bandwidth on minimal bytes = read w once + write the packed codes, scales and per-expert scale once;
 fraction = that bandwidth over the copy's. Both paths' outputs are compared bit for bit once.
 """
@@ -40,10 +41,11 @@ def natural(e: int, n: int, k: int, gen: torch.Generator):
     return codes, scales.view(torch.float8_e4m3fn), torch.rand(e, device="cuda", generator=gen)
 
 
-def bench_refit(names: list[str], reps: int, gen: torch.Generator, copy_bw: float, mixed: float) -> list[dict]:
+def bench_refit(names: list[str], reps: int, gen: torch.Generator, copy_bw: float, mixed: float,
+                speculative: tuple[str, ...] = codegen_packed.SPECULATIVE) -> list[dict]:
     """copy_bw: the run's device-to-device copy bandwidth (copy_bandwidth); a row's own copy of w, a
     CUDA-graph memcpy node, runs slower at GB sizes (2.8 TB/s at 3.2 GB), so fractions use the faster.
-    mixed >= 0: also time the speculative variant (v2) on fresh, steady and mixed weights."""
+    mixed >= 0: also time the speculative variants on fresh, steady and mixed weights."""
     from trace_kernels import ops
     from trace_kernels.ops import refit_packed
     from trace_kernels.testing.bench import time_graph, variants_for
@@ -94,7 +96,7 @@ def bench_refit(names: list[str], reps: int, gen: torch.Generator, copy_bw: floa
             row["fused_speedup"] = two_step_ms / fused_ms
             row["fused_s_per_gb_bf16"] = fused_ms * 1e-3 / (w_bytes / 1e9)
             if mixed >= 0:
-                row.update(bench_speculative(ws, dst, ref, groups, sets, reps, mixed, minimal, ref_bw))
+                row.update(bench_speculative(ws, dst, ref, groups, sets, reps, mixed, minimal, ref_bw, speculative))
             rows.append(row)
             print(f"{s.name:16s} {weight:8s} [{e}, {n}, {k}] two-step {two_step_ms:.3f} ms "
                   f"({100 * row['two_step_fraction_of_copy']:.0f}% of copy), fused {fused_ms:.3f} ms "
@@ -102,42 +104,45 @@ def bench_refit(names: list[str], reps: int, gen: torch.Generator, copy_bw: floa
                   f"{row['fused_speedup']:.2f}x; quantize pass {row['quantize_pass_ms']:.3f} ms, "
                   f"{100 * row['quantize_pass_fraction_of_copy']:.0f}%), copy {ref_bw / 1e12:.2f} TB/s, bit-exact {exact}",
                   flush=True)
-            if mixed >= 0:
-                print(f"{'':25s} v2 fresh / steady / mixed ({100 * row['moved_fraction']:.0f}% moved) "
-                      f"{row['v2_fresh_ms']:.3f} / {row['v2_steady_ms']:.3f} / {row['v2_mixed_ms']:.3f} ms "
-                      f"({100 * row['v2_fresh_fraction_of_copy']:.0f} / {100 * row['v2_steady_fraction_of_copy']:.0f} / "
-                      f"{100 * row['v2_mixed_fraction_of_copy']:.0f}% of copy), v1 steady {row['v1_steady_ms']:.3f} ms, "
-                      f"bit-exact {row['v2_bitexact']}", flush=True)
+            for name in speculative if mixed >= 0 else ():
+                print(f"{'':25s} {name} fresh / steady / mixed ({100 * row['moved_fraction']:.0f}% moved) "
+                      f"{row[f'{name}_fresh_ms']:.3f} / {row[f'{name}_steady_ms']:.3f} / {row[f'{name}_mixed_ms']:.3f} ms "
+                      f"({100 * row[f'{name}_fresh_fraction_of_copy']:.0f} / "
+                      f"{100 * row[f'{name}_steady_fraction_of_copy']:.0f} / "
+                      f"{100 * row[f'{name}_mixed_fraction_of_copy']:.0f}% of copy), v1 steady {row['v1_steady_ms']:.3f} "
+                      f"ms, bit-exact {row[f'{name}_bitexact']}", flush=True)
             del ws, dst, ref, staging, sink
             torch.cuda.empty_cache()
     return rows
 
 
 def bench_speculative(ws, dst, ref, groups: int, sets: int, reps: int, mixed: float, minimal: int,
-                      ref_bw: float) -> dict:
-    """The speculative variant v2 on fresh (ws), steady and mixed sets, v1 on the steady ones; v2's output after each
-    of four syncs in a row (its guesses from the one before) compared with v1's (into ref) on the same weights."""
+                      ref_bw: float, speculative: tuple[str, ...]) -> dict:
+    """The speculative variants on fresh (ws), steady and mixed sets, v1 on the steady ones; each variant's output after
+    each of four syncs in a row (its guesses from the one before) compared with v1's (into ref) on the same weights."""
     from trace_kernels import ops
     from trace_kernels.testing.bench import time_graph
     from trace_kernels.testing.weight_sets import mixed_weight_sets, steady_weight_sets
     steady = steady_weight_sets(ws[0], sets)
     mixed_sets, moved = mixed_weight_sets(steady, mixed)
     out = {"moved_fraction": moved}
-    timings = [("v2", "fresh", ws), ("v2", "steady", steady), ("v2", "mixed", mixed_sets), ("v1", "steady", steady)]
-    for name, kind, inputs in timings:
+    timings = [(name, kind, inputs) for name in speculative
+               for kind, inputs in (("fresh", ws), ("steady", steady), ("mixed", mixed_sets))]
+    for name, kind, inputs in [*timings, ("v1", "steady", steady)]:
         with variant(codegen_packed, name):
             ms = time_graph(lambda i: ops.refit_weights_packed_(inputs[i], dst, groups), sets, replays=reps)
         out[f"{name}_{kind}_ms"] = ms
         out[f"{name}_{kind}_fraction_of_copy"] = minimal / (ms * 1e-3) / ref_bw
-    exact = True
-    for w in (mixed_sets[-1], mixed_sets[0], steady[-1], steady[0]):  # v2 after each previous sync (its guesses)
-        with variant(codegen_packed, "v2"):
-            ops.refit_weights_packed_(w, dst, groups)
-        with variant(codegen_packed, "v1"):
-            ops.refit_weights_packed_(w, ref, groups)
-        exact &= all(torch.equal(a, b) for a, b in zip((dst.codes, dst.block_scales, dst.scale),
-                                                       (ref.codes, ref.block_scales, ref.scale)))
-    out["v2_bitexact"] = exact
+    for name in speculative:
+        exact = True
+        for w in (mixed_sets[-1], mixed_sets[0], steady[-1], steady[0]):  # after each previous sync (its guesses)
+            with variant(codegen_packed, name):
+                ops.refit_weights_packed_(w, dst, groups)
+            with variant(codegen_packed, "v1"):
+                ops.refit_weights_packed_(w, ref, groups)
+            exact &= all(torch.equal(a, b) for a, b in zip((dst.codes, dst.block_scales, dst.scale),
+                                                           (ref.codes, ref.block_scales, ref.scale)))
+        out[f"{name}_bitexact"] = exact
     del steady, mixed_sets
     return out
 
@@ -151,6 +156,8 @@ def main(argv=None) -> int:
     parser.add_argument("--speculative-mixed", type=float, default=0.25, metavar="FRACTION",
                         help="--what refit: time the speculative variant too, on mixed weights with about this "
                              "fraction of the experts' amax moved per call (negative: skip)")
+    parser.add_argument("--speculative-variants", default=",".join(codegen_packed.SPECULATIVE),
+                        help="--what refit: comma list of the speculative variants to time (default: all)")
     args = parser.parse_args(argv)
     what = set(args.what.split(","))
     if not what <= {"pack", "refit"}:
@@ -182,7 +189,8 @@ def main(argv=None) -> int:
               "command": " ".join([os.path.basename(sys.executable), *sys.argv]), "torch": torch.__version__,
               "copy_bandwidth_bytes_per_s": bw, "reps": args.reps, "results": rows}
     if "refit" in what:
-        report["refit_results"] = bench_refit(args.shapes.split(","), args.reps, gen, bw, args.speculative_mixed)
+        report["refit_results"] = bench_refit(args.shapes.split(","), args.reps, gen, bw, args.speculative_mixed,
+                                              tuple(args.speculative_variants.split(",")))
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print("wrote", args.out)

@@ -66,7 +66,7 @@ def test_occupancy_is_asked_once_per_shape_and_again_after_a_shared_memory_limit
     shared-memory limit forgets that device's answers."""
     from trace_kernels.runtime import kernel as kernel_module
 
-    calls = []
+    calls, raised = [], []
 
     class FakeDriver:
         class CUfunction_attribute:
@@ -77,6 +77,7 @@ def test_occupancy_is_asked_once_per_shape_and_again_after_a_shared_memory_limit
             return 0, 4 if smem == 0 else 1
 
         def cuFuncSetAttribute(self, fn, attr, value):
+            raised.append(value)
             return (0,)
 
     monkeypatch.setattr(kernel_module, "driver", FakeDriver)
@@ -89,6 +90,13 @@ def test_occupancy_is_asked_once_per_shape_and_again_after_a_shared_memory_limit
     kernel.allow_dynamic_smem(0, 100_000)
     assert kernel.max_active_blocks_per_sm(0, 256) == 4
     assert calls[-1] == (256, 0) and len(calls) == 3
+    # below 48 KB too: the default limit is 48 KB minus the kernel's static shared memory (refit_packed v3: 48 KB
+    # dynamic + 4 KB static tables); not again below a limit already set on that device, never for none
+    kernel.allow_dynamic_smem(0, 49_152)
+    kernel.allow_dynamic_smem(0, 40_000)
+    kernel.allow_dynamic_smem(0, 0)
+    kernel.allow_dynamic_smem(1, 40_000)
+    assert raised == [100_000, 40_000]
 
 
 def test_refit_kernel_arguments_follow_the_template(monkeypatch):

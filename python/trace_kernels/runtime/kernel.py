@@ -70,9 +70,10 @@ class CudaKernel:
             return self._functions[device_index]
 
     def allow_dynamic_smem(self, device_index: int, smem: int) -> None:
-        """Raise the dynamic shared-memory limit above the 48 KB default (once per device and size);
-        call before an occupancy query or launch that uses more."""
-        if smem <= 48 * 1024 or self._smem_allowed.get(device_index, 0) >= smem:
+        """Raise the kernel's dynamic shared-memory limit to smem (once per device and size); call before an
+        occupancy query or launch that uses smem. The default limit is 48 KB minus the kernel's static shared
+        memory, so even a launch below 48 KB may need it."""
+        if smem <= 0 or self._smem_allowed.get(device_index, 0) >= smem:
             return
         cu = driver()
         attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
