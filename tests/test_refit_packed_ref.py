@@ -93,57 +93,32 @@ def test_kernel_indexing_mirrored_in_torch_equals_store_fragments(groups):
     assert torch.equal(got_codes, want.codes.flatten()) and torch.equal(got_scales, want.block_scales.flatten())
 
 
-def row_swizzle(r, row_chunks):
-    """refit_packed.cuh's row_swizzle: XOR over 8 chunks for rows of 128 bytes or more, over 4 for 64-byte rows."""
-    return r & 7 if row_chunks >= 8 else (r >> 1) & 3
-
-
-@pytest.mark.parametrize("row_chunks", [4, 8])
-def test_row_swizzle_reads_are_conflict_free(row_chunks):
-    """load_half_block's 16-byte reads: the 8 lanes of one shared-memory wavefront read the same chunk of 8
-    consecutive tile rows (16 w + g, g = 0..7, or those + 8), which must fall in 8 different 16-byte bank groups."""
-    row_bytes = 16 * row_chunks
-    for first in (0, 8, 16, 24, 32, 40, 48, 56):
-        for ch in range(row_chunks):
-            groups = {(r * row_bytes + 16 * (ch ^ row_swizzle(r, row_chunks))) % 128 // 16 for r in range(first, first + 8)}
-            assert len(groups) == 8, (first, ch)
-
-
-@pytest.mark.parametrize("units", [1, 2])
 @pytest.mark.parametrize("elem_bytes", [2, 4])
 @pytest.mark.parametrize("groups", [1, 2])
-def test_kernel_loads_mirrored_put_every_row_chunk_in_its_swizzled_slot(groups, elem_bytes, units):
-    """load_unit's per-lane copies (base row + compile-time row offsets, swizzle of the base row XOR that of the
-    offset) land chunk ch of unit u of tile row r's natural row at r * row_bytes + 16 * (ch ^ row_swizzle(r)), where
-    load_half_block reads it; every byte of the record once."""
+def test_kernel_loads_mirrored_put_every_row_chunk_in_its_swizzled_slot(groups, elem_bytes):
+    """load_record's per-lane copies (base row + compile-time row offsets) land chunk ch of tile row r's
+    natural row at r * row_bytes + 16 * (ch ^ (r & 7)), where load_half_block reads it; every byte once."""
     n, t, c = 256, 2, 1
-    row_bytes = 64 // units * elem_bytes
-    row_chunks = row_bytes // 16
+    row_chunks = 64 * elem_bytes // 16
     rpi = 32 // row_chunks
 
     def natural_row(r):
         return 64 * t + r if groups == 1 else ((r >> 3) & 1) * (n // 2) + 32 * t + 8 * (r >> 4) + (r & 7)
 
-    seen = set()
-    for u in range(units):
-        slot = {}
-        for lane in range(32):
-            r_lane, ch = lane // row_chunks, lane % row_chunks
-            x0 = ch ^ row_swizzle(r_lane, row_chunks)
-            for i in range(64 * row_chunks // 32):
-                r = rpi * i
-                rows = r if groups == 1 else 8 * (r >> 4) + (r & 7)
-                src = (natural_row(r_lane) + rows + (n // 2 if groups == 2 and (r >> 3) & 1 else 0),
-                       64 * c * elem_bytes + u * row_bytes + 16 * ch)
-                dst = r_lane * row_bytes + r * row_bytes + 16 * (x0 ^ row_swizzle(r, row_chunks))
-                assert dst not in slot and src not in seen
-                slot[dst] = src
-                seen.add(src)
-        for r in range(64):
-            for ch in range(row_chunks):
-                want = (natural_row(r), 64 * c * elem_bytes + u * row_bytes + 16 * ch)
-                assert slot[r * row_bytes + 16 * (ch ^ row_swizzle(r, row_chunks))] == want
-    assert len(seen) == 64 * 64 * elem_bytes // 16
+    stage = {}
+    for lane in range(32):
+        r_lane, ch = lane // row_chunks, lane % row_chunks
+        x0 = ch ^ r_lane
+        for i in range(64 * row_chunks // 32):
+            r = rpi * i
+            rows = r if groups == 1 else 8 * (r >> 4) + (r & 7)
+            src = (natural_row(r_lane) + rows + (n // 2 if groups == 2 and (r >> 3) & 1 else 0), 64 * c * elem_bytes + 16 * ch)
+            dst = r_lane * 64 * elem_bytes + r * 64 * elem_bytes + 16 * (x0 ^ (r & 7))
+            assert dst not in stage
+            stage[dst] = src
+    for r in range(64):
+        for ch in range(row_chunks):
+            assert stage[r * 64 * elem_bytes + 16 * (ch ^ (r & 7))] == (natural_row(r), 64 * c * elem_bytes + 16 * ch)
 
 
 def test_bad_inputs_raise_before_any_launch():
@@ -186,11 +161,10 @@ def test_codegen_names_and_registry(monkeypatch):
     assert codegen_packed.spec("bf16", 2, "v1").name == "nvfp4_refit_packed_bf16_g2_sm90a"
     assert codegen_packed.spec(torch.float32, 1, "v1").name == "nvfp4_refit_packed_f32_g1_sm90a"
     assert codegen_packed.spec("bf16", 2, "v2").name == "nvfp4_refit_packed_bf16_v2_g2_sm90a"
-    assert codegen_packed.spec("bf16", 2, "v3").name == "nvfp4_refit_packed_bf16_v3_g2_sm90a"
     with pytest.raises(ValueError, match="groups"):
         codegen_packed.spec("bf16", 3)
     with pytest.raises(ValueError, match="variant"):
-        codegen_packed.spec("bf16", 1, "v4")
+        codegen_packed.spec("bf16", 1, "v3")
     assert codegen_packed.NAME in codegen.all_ops()
     monkeypatch.setattr(codegen_packed, "VARIANT", "v1")  # its quantize pass after refit_weights' v2 amax pass
     names = [s.name for s in codegen.specs_for_shape(shapes.preset("tiny"), [codegen_packed.NAME])]
@@ -199,37 +173,20 @@ def test_codegen_names_and_registry(monkeypatch):
     monkeypatch.setattr(codegen_packed, "VARIANT", "v2")  # one kernel, three launches
     names = [s.name for s in codegen.specs_for_shape(shapes.preset("tiny"), [codegen_packed.NAME])]
     assert names == ["nvfp4_refit_packed_bf16_v2_g1_sm90a", "nvfp4_refit_packed_bf16_v2_g2_sm90a"]
-    monkeypatch.setattr(codegen_packed, "VARIANT", "v3")  # v2's launches, half-record units
-    names = [s.name for s in codegen.specs_for_shape(shapes.preset("tiny"), [codegen_packed.NAME])]
-    assert names == ["nvfp4_refit_packed_bf16_v3_g1_sm90a", "nvfp4_refit_packed_bf16_v3_g2_sm90a"]
-    for variant, entry, units in (("v1", "quantize_pack", 1), ("v2", "speculative_pack", 1),
-                                  ("v3", "speculative_pack", 2)):
+    for variant, entry in (("v1", "quantize_pack"), ("v2", "speculative_pack")):
         text = codegen_packed.spec("f16", 1, variant).render()
         assert text == codegen_packed.spec("f16", 1, variant).render() and "/*GROUPS=*/1" in text and "__half" in text
-        assert f"refit_packed::{entry}<Config>" in text and f"/*UNITS=*/{units}>" in text
-
-
-def test_geometry_fits_the_sm():
-    """Each variant's shared memory per CTA (dynamic + the 4 KB encoding tables) fits its CTAs per SM into the
-    H200's 227 KB, and its register cap (64K / threads per SM) leaves at least the 116 registers the loop takes."""
-    for variant in codegen_packed.VARIANTS:
-        for dtype in ("bf16", "f16", "f32"):
-            stages, min_blocks, units = codegen_packed.GEOMETRY[variant][dtype]
-            smem = codegen_packed.smem_bytes(dtype, variant)
-            assert smem == 4 * stages * 64 * (64 // units) * (4 if dtype == "f32" else 2)
-            assert min_blocks * (smem + 4096 + 1024) <= 228 * 1024, (variant, dtype)
-            assert 65536 // (min_blocks * codegen_packed.THREADS) >= 116, (variant, dtype)
+        assert f"refit_packed::{entry}<Config>" in text
 
 
 @pytest.mark.nvcc
 def test_refit_packed_compiles_for_sm90a(tmp_path, monkeypatch):
-    """Both row groupings' kernel, the 16-bit and the FP32 body, every variant: no spills, no stack frame."""
+    """Both row groupings' kernel, the 16-bit and the FP32 body, both variants: no spills, no stack frame."""
     from trace_kernels import jit
     from trace_kernels.jit import compiler
     monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
     specs = [codegen_packed.spec("bf16", 2, "v1"), codegen_packed.spec("f32", 1, "v2"),
-             codegen_packed.spec("bf16", 1, "v2"), codegen_packed.spec("bf16", 2, "v3"),
-             codegen_packed.spec("f32", 2, "v3")]
+             codegen_packed.spec("bf16", 1, "v2")]
     for spec, entry in zip(specs, jit.build_all(specs, jobs=2)):
         report = compiler.parse_ptxas((entry.folder / "ptxas.txt").read_text())
         assert report.registers > 0 and report.spill_stores == 0 and report.spill_loads == 0, spec.name

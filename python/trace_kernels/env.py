@@ -44,9 +44,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
                                 "read of the weights when no expert's amax moved) or v2 (an amax pass, then a quantize "
                                 "pass: for buffers reused for unrelated weights); v1, v3..v8, v10, v11 for A/B runs"),
     Knob("REFIT_PACKED_VARIANT", "v2", "refit_weights_packed_ (the engine's weight sync): v2 (packs with the previous "
-                                       "sync's scales as a guess, repacks the experts whose scale changed), v3 (v2 "
-                                       "loading records in halves: more warps per SM) or v1 (refit's amax pass, then "
-                                       "a quantize-and-pack pass)"),
+                                       "sync's scales as a guess, repacks the experts whose scale changed) or v1 "
+                                       "(refit's amax pass, then a quantize-and-pack pass)"),
     Knob("SAMPLER", "auto", "rollout sampler: auto = the gumbel_max_sample kernel on CUDA for plain steps "
                             "(T > 0, no top-k / top-p), torch = always the torch reference"),
 )}

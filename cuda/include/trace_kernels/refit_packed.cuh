@@ -10,15 +10,13 @@
 //
 // Work split, per warp, records strided over a persistent grid (experts in reverse, so the first
 // reads hit what the amax pass left in L2):
-// - load: the record's 64 rows x 64 elements arrive by 16-byte cp.async (L2 only) as UNITS units (the whole
-//   record, or two halves of 32 K columns), whole row segments of the unit per warp instruction, into a
-//   per-warp ring of STAGES unit slots; the 16-byte chunk ch of tile row r sits at ch ^ row_swizzle(r)
-//   (XOR swizzle: the reads below are conflict-free, no padding). STAGES - 1 units are in flight per warp
-//   while one is computed.
+// - load: the record's 64 rows x 64 elements arrive by 16-byte cp.async (L2 only), 4 whole 128-byte
+//   row segments (FP32: 2 of 256 bytes) per warp instruction, into a per-warp ring of STAGES buffers; the
+//   16-byte chunk ch of tile row r sits at ch ^ (r & 7) (XOR swizzle: the reads below are
+//   conflict-free, no padding). STAGES - 1 records are in flight per warp while one is computed.
 // - quantize: lane L = 8 w + g owns tile rows r(h) = 16 w + 8 h + g (h = 0, 1), i.e. wgmma fragment
 //   threads i = 32 w + 4 g + q, q = 0..3, of the record: exactly the 64 contiguous output bytes
-//   [64 L, 64 L + 64) and the 8 scale bytes [8 L, 8 L + 8), stored once the record's last unit is
-//   quantized. Per k16 step j it quantizes the two
+//   [64 L, 64 L + 64) and the 8 scale bytes [8 L, 8 L + 8). Per k16 step j it quantizes the two
 //   blocks (r(0), j), (r(1), j) with the exact code refit v2 runs (quantize_epilogue.cuh:
 //   block16_abs_max, block_step[_fast], quantize_block16[_fast], same expert scale s), so codes and
 //   E4M3 scales are refit_weights' bits; a zero-scale block's codes are +0 by construction (d = 0,
@@ -40,8 +38,6 @@
 
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "trace_kernels/moe_pack.cuh"
 #include "trace_kernels/nvfp4.cuh"
 #include "trace_kernels/quantize_epilogue.cuh"
@@ -58,28 +54,19 @@ constexpr int kChunkK = 64;        // moe_layout.CHUNK_K
 constexpr int kCodeRecord = 2048;  // code bytes per record
 constexpr int kScaleRecord = 256;  // scale bytes per record
 
-// A record reaches shared memory as UNITS units of its K columns (1: the whole 64 x 64 record; 2: two 64 x 32
-// halves), each in a slot of the warp's ring of STAGES. Half-record units halve the ring a warp needs for the same
-// bytes in flight, so more warps fit an SM (docs/toolchain.md, "refit_weights_packed_ v3").
-template <typename T_, int GROUPS_, int STAGES_, int UNITS_ = 1>
+template <typename T_, int GROUPS_, int STAGES_>
 struct Config {
   using T = T_;
   static constexpr int GROUPS = GROUPS_;
   static constexpr int STAGES = STAGES_;
-  static constexpr int UNITS = UNITS_;
   static_assert(GROUPS == 1 || GROUPS == 2, "GROUPS: 1 (plain rows) or 2 (gate/up interleave)");
-  static_assert(UNITS == 1 || UNITS == 2, "UNITS: whole records or halves along K");
-  static_assert(STAGES > UNITS && (STAGES - 1) % UNITS == 0, "whole records in flight while one unit is computed");
+  static_assert(STAGES >= 2, "at least one record in flight while one is computed");
   static_assert(sizeof(T) == 2 || sizeof(T) == 4, "bf16 / fp16 / fp32 input");
-  static constexpr int kAhead = (STAGES - 1) / UNITS;                   // records loaded ahead of the computed one
-  static constexpr int kUnitK = kChunkK / UNITS;                         // elements of a tile row in a unit
-  static constexpr int kUnitSteps = kUnitK / 16;                         // k16 steps (blocks per row) in a unit
-  static constexpr int kRowBytes = kUnitK * static_cast<int>(sizeof(T));  // 64 | 128 | 256
-  static constexpr int kRowChunks = kRowBytes / 16;                      // 16-byte chunks per row: 4 | 8 | 16
-  static constexpr int kUnitBytes = kTileRows * kRowBytes;               // 4 | 8 | 16 KB
-  static constexpr int kCopiesPerLane = kTileRows * kRowChunks / 32;     // cp.async per lane per unit
-  static constexpr int kRingBytes = STAGES * kUnitBytes;                 // per warp
-  static constexpr int kSmemBytes = kWarps * kRingBytes;                 // dynamic shared memory
+  static constexpr int kRowBytes = kChunkK * static_cast<int>(sizeof(T));  // 128 | 256
+  static constexpr int kRowChunks = kRowBytes / 16;                      // 16-byte chunks per row: 8 | 16
+  static constexpr int kRecordBytes = kTileRows * kRowBytes;             // 8 KB | 16 KB
+  static constexpr int kCopiesPerLane = kTileRows * kRowChunks / 32;     // cp.async per lane per record
+  static constexpr int kSmemBytes = kWarps * STAGES * kRecordBytes;      // dynamic shared memory
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -91,19 +78,10 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// 16-byte chunk ch of tile row r sits at chunk ch ^ row_swizzle(r) of its row, so that the 16-byte reads of 8
-// consecutive rows (one shared-memory wavefront) cover all 32 banks: XOR over 8 chunks for rows of 128 bytes or
-// more, over 4 for 64-byte rows (two rows per 128 bytes).
-template <class Cfg>
-__device__ __forceinline__ int row_swizzle(int r) {
-  if constexpr (Cfg::kRowChunks >= 8) return r & 7;
-  else return (r >> 1) & 3;
-}
-
-// Byte offset of 16-byte chunk ch of tile row r in a unit's slot.
+// Byte offset of 16-byte chunk ch of tile row r in a stage buffer (XOR swizzle over 8 chunks).
 template <class Cfg>
 __device__ __forceinline__ int chunk_offset(int r, int ch) {
-  return r * Cfg::kRowBytes + 16 * (ch ^ row_swizzle<Cfg>(r));
+  return r * Cfg::kRowBytes + 16 * (ch ^ (r & 7));
 }
 
 // Natural row (inside the expert) of tile row r of tile t.
@@ -117,10 +95,6 @@ struct Record {
   int e, t, c;
 };
 
-// Unit u of a record as a type, so that the record loop's body sees u as a compile-time constant.
-template <int U>
-using Unit = std::integral_constant<int, U>;
-
 // records < 2^30 (checked by the host): 32-bit divisions, one per record loaded
 __device__ __forceinline__ Record record_at(int rec, int tiles, int chunks) {
   const int per_expert = tiles * chunks;
@@ -128,30 +102,29 @@ __device__ __forceinline__ Record record_at(int rec, int tiles, int chunks) {
   return Record{rec / per_expert, rem / chunks, rem % chunks};
 }
 
-// The warp's cp.asyncs of one unit into a slot: per instruction 32 lanes x 16 bytes = kRpi whole row segments of
-// the unit. Lane l copies chunk ch = l % kRowChunks of tile rows r_l + kRpi i (r_l = l / kRowChunks < kRpi,
-// i = 0 .. kCopiesPerLane - 1); since kRpi i is a multiple of kRpi and r_l < kRpi, their bits are disjoint:
-// natural_row(r_l + kRpi i) = natural_row(r_l) + natural_row(kRpi i) - natural_row(0) with the second part a
-// compile-time number of rows (plus N/2 rows for the up half), and row_swizzle(r_l + kRpi i) = row_swizzle(r_l) ^
-// row_swizzle(kRpi i): one base address per unit and constant offsets, no per-copy index arithmetic. src: the lane's
-// chunk of tile row r_l in the unit; half_bytes: N/2 rows (GROUPS = 2).
+// The warp's cp.asyncs of one record into a stage buffer: per instruction 32 lanes x 16 bytes =
+// 4 whole row segments (FP32: 2). Lane l copies chunk ch = l % kRowChunks of tile rows
+// r_l + kRpi i (r_l = l / kRowChunks < kRpi, i = 0 .. kCopiesPerLane - 1); since kRpi i is a multiple
+// of kRpi and r_l < kRpi, natural_row(r_l + kRpi i) = natural_row(r_l) + natural_row(kRpi i) - natural_row(0)
+// with the second part a compile-time number of rows (plus N/2 rows for the up half): one base
+// address per record and constant offsets, no per-copy index arithmetic. src: the lane's chunk of
+// tile row r_l; half_bytes: N/2 rows (GROUPS = 2).
 template <class Cfg>
-__device__ __forceinline__ void load_unit(const char* src, int64_t row_bytes, int64_t half_bytes, uint32_t slot,
-                                          int lane) {
+__device__ __forceinline__ void load_record(const char* src, int64_t row_bytes, int64_t half_bytes, uint32_t stage,
+                                            int lane) {
   constexpr int kRpi = 32 / Cfg::kRowChunks;  // rows per cp.async instruction
-  const int r_lane = lane / Cfg::kRowChunks, x0 = (lane % Cfg::kRowChunks) ^ row_swizzle<Cfg>(r_lane);
-  const uint32_t dst = slot + r_lane * Cfg::kRowBytes;
+  const int r_lane = lane / Cfg::kRowChunks, x0 = (lane % Cfg::kRowChunks) ^ r_lane;
+  const uint32_t dst = stage + r_lane * Cfg::kRowBytes;
 #pragma unroll
   for (int i = 0; i < Cfg::kCopiesPerLane; ++i) {
-    const int r = kRpi * i;  // tile row - r_lane
+    const int r = kRpi * i;  // tile row - r_lane; (r_lane + r) & 7 == r_lane | (r & 7): disjoint bits
     const int64_t rows = Cfg::GROUPS == 1 ? r : 8 * (r >> 4) + (r & 7);
     const int64_t offset = rows * row_bytes + (Cfg::GROUPS == 2 && ((r >> 3) & 1) ? half_bytes : 0);
-    cp_async16(dst + r * Cfg::kRowBytes + 16 * (x0 ^ row_swizzle<Cfg>(r)), src + offset);
+    cp_async16(dst + r * Cfg::kRowBytes + 16 * (x0 ^ (r & 7)), src + offset);
   }
 }
 
-// The lane's source address in unit 0 of record rc (its chunk of tile row lane / kRowChunks); unit u is
-// u * kRowBytes further.
+// The lane's source address in record rc (its chunk of tile row lane / kRowChunks).
 template <class Cfg>
 __device__ __forceinline__ const char* record_src(const typename Cfg::T* __restrict__ w, const Record& rc, int n,
                                                   int64_t row_bytes, int lane) {
@@ -160,7 +133,7 @@ __device__ __forceinline__ const char* record_src(const typename Cfg::T* __restr
          (kChunkK * rc.c * static_cast<int>(sizeof(typename Cfg::T)) + 16 * (lane % Cfg::kRowChunks));
 }
 
-// Half block hb (elements 8 hb .. 8 hb + 7 of the unit) of tile row r from a unit's slot.
+// Half block hb (elements 8 hb .. 8 hb + 7 of the chunk) of tile row r from a stage buffer.
 template <class Cfg>
 __device__ __forceinline__ Vec8<typename Cfg::T> load_half_block(const uint8_t* stage, int r, int hb) {
   Vec8<typename Cfg::T> v;
@@ -173,50 +146,41 @@ __device__ __forceinline__ Vec8<typename Cfg::T> load_half_block(const uint8_t* 
   return v;
 }
 
-// Non-finite expert: report this lane's bad elements (its two rows) in unit u, write nothing.
+// Non-finite expert: report this lane's bad elements (its two rows), write nothing.
 template <class Cfg>
-__device__ __forceinline__ void report_unit(const uint8_t* stage, const Record& rc, int u, int n, int lane,
-                                            uint32_t* status) {
+__device__ __forceinline__ void report_record(const uint8_t* stage, const Record& rc, int n, int lane,
+                                              uint32_t* status) {
   for (int h = 0; h < 2; ++h) {
     const int r = 16 * (lane >> 3) + 8 * h + (lane & 7);
     const uint64_t row = static_cast<uint64_t>(rc.e) * n + natural_row<Cfg::GROUPS>(r, rc.t, n);
-    for (int hb = 0; hb < Cfg::kUnitK / 8; ++hb) {
+    for (int hb = 0; hb < kChunkK / 8; ++hb) {
       const Vec8<typename Cfg::T> v = load_half_block<Cfg>(stage, r, hb);
       if (nvfp4::is_finite(v.abs_max())) continue;
       float f[8];
       v.to_float(f);
-      report_nonfinite(status, kStatusRefitWeights, row,
-                       static_cast<uint32_t>(kChunkK * rc.c + Cfg::kUnitK * u + 8 * hb), f);
+      report_nonfinite(status, kStatusRefitWeights, row, static_cast<uint32_t>(kChunkK * rc.c + 8 * hb), f);
     }
   }
 }
 
-// The lane's part of one record's output: encoded fragment words [q][j] and scale byte 2 j + h of its rows.
-struct PackedLane {
-  uint32_t enc[4][4];
-  uint32_t scale_words[2];
-};
-
-// Unit u of a record (k16 steps j = kUnitSteps u ..) from its slot -> the lane's words of those steps, with expert
-// scale x; returns the lane's amax (NaN wins) over the unit's blocks. The blocks are read from shared memory once,
-// here: a separate amax pass over the same bytes would let the compiler keep them all in registers for this one.
-template <class Cfg, bool kFast, int u>
-__device__ __forceinline__ float pack_unit(const uint8_t* stage, const uint32_t (*table)[256], const RefitExpertScale& x,
-                                           int lane, PackedLane& out) {
+// One record from a stage buffer -> its packed, encoded codes and scales (lane L's 64 + 8 bytes). known: the amax of
+// block (r0 + 8 h, j) of the lane's rows at [h][j] when the caller took them already (else nullptr: taken here).
+template <class Cfg, bool kFast>
+__device__ __forceinline__ void pack_record(const uint8_t* stage, const uint32_t (*table)[256], uint8_t* __restrict__ codes,
+                                            uint8_t* __restrict__ block_scales, int64_t rec, const RefitExpertScale& x,
+                                            int lane, const float (*known)[4] = nullptr) {
   using T = typename Cfg::T;
   const int r0 = 16 * (lane >> 3) + (lane & 7);  // rows r0 (h = 0) and r0 + 8 (h = 1)
-  float amax = 0.f;
+  uint32_t enc[4][4];                            // [q][j]: encoded fragment words
+  uint32_t scale_words[2] = {0u, 0u};            // scale byte 2 j + h
 #pragma unroll
-  for (int jl = 0; jl < Cfg::kUnitSteps; ++jl) {
-    const int j = Cfg::kUnitSteps * u + jl;
-    if (jl % 2 == 0) out.scale_words[j >> 1] = 0u;
+  for (int j = 0; j < 4; ++j) {
     uint2 code[2];  // [h]: .x elements 16 j .. +7, .y 16 j + 8 .. +15 (nibble per element)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const Vec8<T> lo = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * jl);
-      const Vec8<T> hi = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * jl + 1);
-      const float block_amax = block16_abs_max<T>(lo, hi);
-      amax = nvfp4::fmax_nan(amax, block_amax);
+      const Vec8<T> lo = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * j);
+      const Vec8<T> hi = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * j + 1);
+      const float block_amax = known != nullptr ? known[h][j] : block16_abs_max<T>(lo, hi);
       uint4 unused_lo, unused_hi;
       nvfp4::BlockStep step;
       if constexpr (kFast) {
@@ -226,33 +190,25 @@ __device__ __forceinline__ float pack_unit(const uint8_t* stage, const uint32_t 
         step = nvfp4::block_step(block_amax, x.s, x.six_s);
         code[h] = quantize_block16<T>(lo, hi, step, false, unused_lo, unused_hi);
       }
-      out.scale_words[j >> 1] |= static_cast<uint32_t>(moe_pack::encode_scale(step.scale_bits)) << (8 * (2 * (j & 1) + h));
+      scale_words[j >> 1] |= static_cast<uint32_t>(moe_pack::encode_scale(step.scale_bits)) << (8 * (2 * (j & 1) + h));
     }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      out.enc[q][j] = table[0][(code[0].x >> (8 * q)) & 0xFFu] ^ table[1][(code[1].x >> (8 * q)) & 0xFFu] ^
-                      table[2][(code[0].y >> (8 * q)) & 0xFFu] ^ table[3][(code[1].y >> (8 * q)) & 0xFFu];
+      enc[q][j] = table[0][(code[0].x >> (8 * q)) & 0xFFu] ^ table[1][(code[1].x >> (8 * q)) & 0xFFu] ^
+                  table[2][(code[0].y >> (8 * q)) & 0xFFu] ^ table[3][(code[1].y >> (8 * q)) & 0xFFu];
     }
   }
-  return amax;
-}
-
-// The lane's 64 code bytes (fragment threads 4 L .. 4 L + 3) as four 16-byte stores and its 8 scale bytes.
-__device__ __forceinline__ void store_packed(const PackedLane& out, uint8_t* __restrict__ codes,
-                                             uint8_t* __restrict__ block_scales, int64_t rec, int lane) {
-  uint4* dst = reinterpret_cast<uint4*>(codes + rec * kCodeRecord + 64 * lane);
+  uint4* out = reinterpret_cast<uint4*>(codes + rec * kCodeRecord + 64 * lane);  // fragment threads 4 L .. 4 L + 3
 #pragma unroll
-  for (int q = 0; q < 4; ++q) dst[q] = make_uint4(out.enc[q][0], out.enc[q][1], out.enc[q][2], out.enc[q][3]);
-  *reinterpret_cast<uint2*>(block_scales + rec * kScaleRecord + 8 * lane) =
-      make_uint2(out.scale_words[0], out.scale_words[1]);
+  for (int q = 0; q < 4; ++q) out[q] = make_uint4(enc[q][0], enc[q][1], enc[q][2], enc[q][3]);
+  *reinterpret_cast<uint2*>(block_scales + rec * kScaleRecord + 8 * lane) = make_uint2(scale_words[0], scale_words[1]);
 }
 
 // The persistent record loop of every pass over records: warp-strided, in reverse (the grid's i-th is record
-// records - 1 - i: the amax pass ends on the last experts, which may still be in L2), each record's units loaded by
-// cp.async kAhead records ahead into the warp's ring (one cp.async group per unit). next(i): the first index >= i in
-// i's residue mod the grid's warps that the loop visits (the identity, or one that skips experts). after_prefill()
-// runs once the first loads are issued (the encoding tables are built meanwhile); body(slot, record, natural record
-// index, Unit<u>) once per unit u = 0 .. UNITS - 1 of each record, in order.
+// records - 1 - i: the amax pass ends on the last experts, which may still be in L2), each record loaded by cp.async
+// STAGES - 1 records ahead into the warp's ring. next(i): the first index >= i in i's residue mod the grid's warps
+// that the loop visits (the identity, or one that skips experts). after_prefill() runs once the first loads are
+// issued (the encoding tables are built meanwhile); body(stage, record, natural record index) once per record.
 template <class Cfg, class Next, class AfterPrefill, class Body>
 __device__ __forceinline__ void for_each_record(const typename Cfg::T* __restrict__ w, uint8_t* ring, int n, int k,
                                                 int records, Next next, AfterPrefill after_prefill, Body body) {
@@ -265,70 +221,55 @@ __device__ __forceinline__ void for_each_record(const typename Cfg::T* __restric
 
   // queue: the records loaded and not yet computed, in order; load_at: the next index to load (< 2^31: records +
   // STAGES * grid warps)
-  Record queue[Cfg::kAhead];
+  Record queue[Cfg::STAGES - 1];
   const int start = next(blockIdx.x * kWarps + warp);
   int load_at = start;
 #pragma unroll
-  for (int s = 0; s < Cfg::kAhead; ++s) {
-    const bool have = load_at < records;
-    const char* src = nullptr;
-    if (have) {
+  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+    if (load_at < records) {
       queue[s] = record_at(records - 1 - load_at, tiles, chunks);
-      src = record_src<Cfg>(w, queue[s], n, row_bytes, lane);
+      load_record<Cfg>(record_src<Cfg>(w, queue[s], n, row_bytes, lane), row_bytes, half_bytes,
+                       ring_addr + s * Cfg::kRecordBytes, lane);
       load_at = next(load_at + stride);
     }
-#pragma unroll
-    for (int u = 0; u < Cfg::UNITS; ++u) {
-      if (have) load_unit<Cfg>(src + u * Cfg::kRowBytes, row_bytes, half_bytes, ring_addr + (s * Cfg::UNITS + u) * Cfg::kUnitBytes, lane);
-      cp_async_commit();
-    }
+    cp_async_commit();
   }
   after_prefill();
 
-  int slot = 0;  // ring slot of the unit computed next
+  int slot = 0;  // stage of record i
   for (int i = start; i < records; i = next(i + stride)) {
     const Record rc = queue[0];
 #pragma unroll
-    for (int s = 0; s + 1 < Cfg::kAhead; ++s) queue[s] = queue[s + 1];
-    const bool have = load_at < records;  // the record kAhead visits ahead, loaded unit by unit below
-    const char* src = nullptr;
-    if (have) {
-      queue[Cfg::kAhead - 1] = record_at(records - 1 - load_at, tiles, chunks);
-      src = record_src<Cfg>(w, queue[Cfg::kAhead - 1], n, row_bytes, lane);
-      load_at = next(load_at + stride);
-    }
-    const auto unit_step = [&](auto unit) {  // unit: Unit<u>, so that u indexes the body's arrays at compile time
-      constexpr int u = decltype(unit)::value;
-      // refill the slot freed by the previous unit with unit u of the record kAhead ahead: STAGES - 1 units ahead
+    for (int s = 0; s + 1 < Cfg::STAGES - 1; ++s) queue[s] = queue[s + 1];
+    {  // refill the stage freed by the previous record with the record STAGES - 1 visits ahead
       __syncwarp();  // every lane has finished reading it
-      const int free_slot = slot == 0 ? Cfg::STAGES - 1 : slot - 1;
-      if (have) load_unit<Cfg>(src + u * Cfg::kRowBytes, row_bytes, half_bytes, ring_addr + free_slot * Cfg::kUnitBytes, lane);
+      const int next_slot = slot == 0 ? Cfg::STAGES - 1 : slot - 1;
+      if (load_at < records) {
+        queue[Cfg::STAGES - 2] = record_at(records - 1 - load_at, tiles, chunks);
+        load_record<Cfg>(record_src<Cfg>(w, queue[Cfg::STAGES - 2], n, row_bytes, lane), row_bytes, half_bytes,
+                         ring_addr + next_slot * Cfg::kRecordBytes, lane);
+        load_at = next(load_at + stride);
+      }
       cp_async_commit();
-      cp_async_wait<Cfg::STAGES - 1>();  // this lane's copies of this unit have landed
-      __syncwarp();                      // and every other lane's
-      body(ring + slot * Cfg::kUnitBytes, rc, static_cast<int64_t>(records - 1 - i), unit);
-      slot = slot + 1 == Cfg::STAGES ? 0 : slot + 1;
-    };
-    unit_step(Unit<0>{});
-    if constexpr (Cfg::UNITS == 2) unit_step(Unit<1>{});
+    }
+    cp_async_wait<Cfg::STAGES - 1>();  // this lane's copies of record i have landed
+    __syncwarp();                      // and every other lane's
+    body(ring + slot * Cfg::kRecordBytes, rc, static_cast<int64_t>(records - 1 - i));
+    slot = slot + 1 == Cfg::STAGES ? 0 : slot + 1;
   }
   cp_async_wait<0>();  // nothing left in flight at exit (the last refills are empty groups)
 }
 
-// Unit u of a record with expert scale x: the lane's packed words of it (stored with the record's last unit), or,
-// for a non-finite expert, a report of its bad elements (nothing written).
-template <class Cfg, int u>
+// One record with expert scale x: its packed codes and scales, or, for a non-finite expert, a report of its bad
+// elements (nothing written).
+template <class Cfg>
 __device__ __forceinline__ void pack_or_report(const uint8_t* stage, const uint32_t (*table)[256],
                                                uint8_t* __restrict__ codes, uint8_t* __restrict__ block_scales,
                                                int64_t rec, const Record& rc, const RefitExpertScale& x, int n,
-                                               int lane, PackedLane& out, uint32_t* __restrict__ status) {
-  if (!x.finite) {
-    report_unit<Cfg>(stage, rc, u, n, lane, status);
-    return;
-  }
-  if (x.fast) pack_unit<Cfg, true, u>(stage, table, x, lane, out);
-  else pack_unit<Cfg, false, u>(stage, table, x, lane, out);
-  if constexpr (u == Cfg::UNITS - 1) store_packed(out, codes, block_scales, rec, lane);
+                                               int lane, uint32_t* __restrict__ status) {
+  if (!x.finite) report_record<Cfg>(stage, rc, n, lane, status);
+  else if (x.fast) pack_record<Cfg, true>(stage, table, codes, block_scales, rec, x, lane);
+  else pack_record<Cfg, false>(stage, table, codes, block_scales, rec, x, lane);
 }
 
 // The quantize pass. grid: persistent (<= one wave), kThreads threads, Cfg::kSmemBytes dynamic shared
@@ -338,28 +279,24 @@ __device__ __forceinline__ void quantize_pack(const typename Cfg::T* __restrict_
                                               uint8_t* __restrict__ block_scales, float* __restrict__ scales,
                                               const uint32_t* __restrict__ workspace, const moe_pack::EncodeColumns& columns,
                                               int n, int k, int records, uint32_t* __restrict__ status) {
-  extern __shared__ __align__(128) uint8_t stages[];  // [kWarps][STAGES][kUnitBytes]
+  extern __shared__ __align__(128) uint8_t stages[];  // [kWarps][STAGES][kRecordBytes]
   __shared__ uint32_t table[4][256];                  // table[byte][v]: encoded word of v in fragment byte `byte`
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int expert = -1;
   RefitExpertScale x{};
-  PackedLane out;
   for_each_record<Cfg>(
-      w, stages + warp * Cfg::kRingBytes, n, k, records, [](int i) { return i; },
+      w, stages + warp * Cfg::STAGES * Cfg::kRecordBytes, n, k, records, [](int i) { return i; },
       [&] {
         moe_pack::build_encode_tables(columns, table, threadIdx.x, kThreads);  // while the first records load
         __syncthreads();
       },
-      [&](const uint8_t* stage, const Record& rc, int64_t rec, auto unit) {
-        constexpr int u = decltype(unit)::value;
-        if (u == 0) {
-          if (rc.e != expert) {  // warp-uniform
-            expert = rc.e;
-            x = refit_expert_scale(__uint_as_float(__ldcg(workspace + 2 * rc.e)));
-          }
-          if (x.finite && rc.t == 0 && rc.c == 0 && lane == 0) scales[rc.e] = x.s;
+      [&](const uint8_t* stage, const Record& rc, int64_t rec) {
+        if (rc.e != expert) {  // warp-uniform
+          expert = rc.e;
+          x = refit_expert_scale(__uint_as_float(__ldcg(workspace + 2 * rc.e)));
         }
-        pack_or_report<Cfg, u>(stage, table, codes, block_scales, rec, rc, x, n, lane, out, status);
+        if (x.finite && rc.t == 0 && rc.c == 0 && lane == 0) scales[rc.e] = x.s;
+        pack_or_report<Cfg>(stage, table, codes, block_scales, rec, rc, x, n, lane, status);
       });
 }
 

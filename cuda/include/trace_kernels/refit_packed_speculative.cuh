@@ -3,9 +3,8 @@
 //
 // Three launches of one kernel (ops/refit_packed.py), the second and third programmatic dependents of the one before:
 // phase 1 (persistent, refit_packed.cuh's record loop): per record, the warp's amax of its 64 x 64 elements goes to a
-//   word of its own; the record is packed with the expert's guess g = scales[e] (unit by unit, while its amax is
-//   taken) and stored unless g is no positive finite scale or the record's own amax disproves it
-//   (RN(amax / 2688) > g: the scale is monotone in the amax) or is NaN/Inf.
+//   word of its own; the record is packed with the expert's guess g = scales[e] unless g is no positive finite scale
+//   or the record's own amax disproves it (RN(amax / 2688) > g: the scale is monotone in the amax) or is NaN/Inf.
 //   Nothing is zeroed: every word is written by every call.
 // phase 2 (grid E): reduces expert e's record words; it keeps g exactly when RN(amax / 2688) == g, and then every
 //   record of phase 1 wrote the reference's bytes.
@@ -27,22 +26,23 @@ __device__ __forceinline__ uint32_t* ws_guesses(uint32_t* ws) { return ws; }
 __device__ __forceinline__ uint32_t* ws_settled(uint32_t* ws, int experts) { return ws + experts; }
 __device__ __forceinline__ uint32_t* ws_records(uint32_t* ws, int experts) { return ws + 3 * experts; }
 
-// The lane's amax (NaN wins) of unit u of the record in its slot, over the two tile rows it packs (a record that is not
-// packed: no valid guess).
-template <class Cfg, int u>
-__device__ __forceinline__ float unit_amax(const uint8_t* stage, int lane) {
+// The warp's amax (NaN wins) of the record in a stage buffer: lane L reads the two tile rows it packs, and keeps the
+// amax of each of its blocks in block_amax[h][j] for pack_record.
+template <class Cfg>
+__device__ __forceinline__ float record_amax(const uint8_t* stage, int lane, float (&block_amax)[2][kChunkK / 16]) {
   const int r0 = 16 * (lane >> 3) + (lane & 7);
   float amax = 0.f;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
-    for (int hb = 0; hb < Cfg::kUnitK / 8; hb += 2) {
-      const auto lo = load_half_block<Cfg>(stage, r0 + 8 * h, hb);
-      const auto hi = load_half_block<Cfg>(stage, r0 + 8 * h, hb + 1);
-      amax = nvfp4::fmax_nan(amax, block16_abs_max<typename Cfg::T>(lo, hi));
+    for (int j = 0; j < kChunkK / 16; ++j) {
+      const auto lo = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * j);
+      const auto hi = load_half_block<Cfg>(stage, r0 + 8 * h, 2 * j + 1);
+      block_amax[h][j] = block16_abs_max<typename Cfg::T>(lo, hi);
+      amax = nvfp4::fmax_nan(amax, block_amax[h][j]);
     }
   }
-  return amax;
+  return warp_amax_nan(amax);
 }
 
 template <class Cfg>
@@ -56,42 +56,29 @@ __device__ __forceinline__ void speculate_pack(const typename Cfg::T* __restrict
   uint32_t* record_words = ws_records(ws, experts);
   int expert = -1;
   float guess = 0.f;
-  bool guess_valid = false;
   RefitExpertScale x{};
-  float lane_amax = 0.f;
-  PackedLane out;
   for_each_record<Cfg>(
-      w, stages + warp * Cfg::kRingBytes, n, k, records, [](int i) { return i; },
+      w, stages + warp * Cfg::STAGES * Cfg::kRecordBytes, n, k, records, [](int i) { return i; },
       [&] {
         moe_pack::build_encode_tables(columns, table, threadIdx.x, kThreads);
         __syncthreads();
       },
-      [&](const uint8_t* stage, const Record& rc, int64_t rec, auto unit) {
-        constexpr int u = decltype(unit)::value;
-        if (u == 0) {
-          if (rc.e != expert) {  // warp-uniform
-            expert = rc.e;
-            guess = __ldg(scales + rc.e);
-            guess_valid = refit_v7_guess_valid(guess);
-            x = refit_scale_of(guess);
-          }
-          lane_amax = 0.f;
+      [&](const uint8_t* stage, const Record& rc, int64_t rec) {
+        if (rc.e != expert) {  // warp-uniform
+          expert = rc.e;
+          guess = __ldg(scales + rc.e);
+          x = refit_scale_of(guess);
         }
-        // Packed with the guess before the record's amax is known (units go one at a time); stored only if it holds.
-        float amax_u;
-        if (!guess_valid) amax_u = unit_amax<Cfg, u>(stage, lane);
-        else if (x.fast) amax_u = pack_unit<Cfg, true, u>(stage, table, x, lane, out);
-        else amax_u = pack_unit<Cfg, false, u>(stage, table, x, lane, out);
-        lane_amax = nvfp4::fmax_nan(lane_amax, amax_u);
-        if constexpr (u != Cfg::UNITS - 1) return;
-        const float amax = warp_amax_nan(lane_amax);
+        float block_amax[2][kChunkK / 16];
+        const float amax = record_amax<Cfg>(stage, lane, block_amax);
         if (lane == 0) {
           record_words[rec] = __float_as_uint(amax) & 0x7fffffffu;  // NaN bits stay above every finite amax
           if (rc.t == 0 && rc.c == 0) ws_guesses(ws)[rc.e] = __float_as_uint(guess);
         }
-        if (!guess_valid || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess)
+        if (!refit_v7_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess)
           return;  // phase 3 packs this expert
-        store_packed(out, codes, block_scales, rec, lane);
+        if (x.fast) pack_record<Cfg, true>(stage, table, codes, block_scales, rec, x, lane, block_amax);
+        else pack_record<Cfg, false>(stage, table, codes, block_scales, rec, x, lane, block_amax);
       });
 }
 
@@ -142,23 +129,18 @@ __device__ __forceinline__ void repack_experts(const typename Cfg::T* __restrict
   int expert = -1;
   RefitExpertScale x{};
   uint2 nan_scales = make_uint2(0u, 0u);
-  PackedLane out;
   for_each_record<Cfg>(
-      w, stages + warp * Cfg::kRingBytes, n, k, records, next, [] {},
-      [&](const uint8_t* stage, const Record& rc, int64_t rec, auto unit) {
-        constexpr int u = decltype(unit)::value;
-        if (u == 0) {
-          if (rc.e != expert) {  // warp-uniform
-            expert = rc.e;
-            x = refit_expert_scale(__uint_as_float(__ldcg(settled + 2 * rc.e)));
-            const uint32_t nan_byte = moe_pack::encode_scale(0x7f);  // E4M3 NaN, as the MoE GEMM decodes scales
-            nan_scales.x = nan_scales.y = nan_byte * 0x01010101u;
-          }
-          if (x.finite && rc.t == 0 && rc.c == 0 && lane == 0) scales[rc.e] = x.s;
+      w, stages + warp * Cfg::STAGES * Cfg::kRecordBytes, n, k, records, next, [] {},
+      [&](const uint8_t* stage, const Record& rc, int64_t rec) {
+        if (rc.e != expert) {  // warp-uniform
+          expert = rc.e;
+          x = refit_expert_scale(__uint_as_float(__ldcg(settled + 2 * rc.e)));
+          const uint32_t nan_byte = moe_pack::encode_scale(0x7f);  // E4M3 NaN, as the MoE GEMM decodes scales
+          nan_scales.x = nan_scales.y = nan_byte * 0x01010101u;
         }
-        pack_or_report<Cfg, u>(stage, table, codes, block_scales, rec, rc, x, n, lane, out, status);
-        if (!x.finite && u == Cfg::UNITS - 1)
-          *reinterpret_cast<uint2*>(block_scales + rec * kScaleRecord + 8 * lane) = nan_scales;
+        if (x.finite && rc.t == 0 && rc.c == 0 && lane == 0) scales[rc.e] = x.s;
+        pack_or_report<Cfg>(stage, table, codes, block_scales, rec, rc, x, n, lane, status);
+        if (!x.finite) *reinterpret_cast<uint2*>(block_scales + rec * kScaleRecord + 8 * lane) = nan_scales;
       });
 }
 
@@ -169,7 +151,7 @@ __device__ __forceinline__ void speculative_pack(const typename Cfg::T* __restri
                                                  uint32_t* __restrict__ ws, const moe_pack::EncodeColumns& columns,
                                                  int n, int k, int records, int experts, int phase,
                                                  uint32_t* __restrict__ status) {
-  extern __shared__ __align__(128) uint8_t stages[];  // [kWarps][STAGES][kUnitBytes] (phases 1 and 3)
+  extern __shared__ __align__(128) uint8_t stages[];  // [kWarps][STAGES][kRecordBytes] (phases 1 and 3)
   __shared__ uint32_t table[4][256];                  // the encoding tables (phases 1 and 3)
   if (phase == 1)
     speculate_pack<Cfg>(w, codes, block_scales, scales, ws, columns, table, stages, experts, n, k, records);

@@ -5,9 +5,8 @@ The RL weight sync in one op: the trainer's weights go straight into the preallo
 valid), bit for bit `refit_weights(w, staging)` followed by `moe_layout.store_fragments_(dst, ...,
 groups, kernel=False)`, without the natural-layout staging buffers or the separate moe_pack pass.
 GPU, variant v1: refit_weights' v2 amax pass, then the quantize-and-pack pass of
-cuda/include/trace_kernels/refit_packed.cuh; v2 and v3 (speculative, refit_packed_speculative.cuh): pack with the
-scales dst holds from the previous sync as a guess, then repack only the experts whose scale changed (v3 loads records
-in halves, so more warps fit an SM).
+cuda/include/trace_kernels/refit_packed.cuh; v2 (speculative, refit_packed_speculative.cuh): packs with the scales
+dst holds from the previous sync as a guess, then repacks only the experts whose scale changed.
 CPU tensors run that reference composition.
 NVTX range: trace_kernels/refit_weights_packed.
 """
@@ -57,7 +56,7 @@ def _launch(w, codes, block_scales, scale, groups):
     args = [ptr(w), ptr(codes), ptr(block_scales), ptr(scale), None, (_Columns, moe_encoding.encode_columns()),
             i32(n), i32(k), i32(records), ptr(status)]
     with nvtx.annotate("refit_weights_packed"):
-        if spec.launch["speculative"]:
+        if spec.launch["variant"] == "v2":
             # guesses [E], per expert its amax bits and verdict [2 E], per record its amax bits; all written each call
             workspace = torch.empty(3 * experts + records, dtype=torch.int32, device=w.device)
             args[4] = ptr(workspace)
