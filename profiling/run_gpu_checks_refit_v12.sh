@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record of the call that measured refit v12 at commit be1709e (removed in the next commit: about 2x slower than v8
+# and v9 on steady weights; docs/toolchain.md, "refit v12"). Runs as written only on that commit.
 # refit v12 (v9 without its verdict launch: phase 0 resets each expert's verdict, the requantize wave's warps settle the
 # verdicts as they first need them) on the H200 in one call: the GPU tests of v8, v9 and v12 (bit-exact, graph replays
 # on weights that stay, shrink and grow, v12's grids from one CTA to more than fit, the NaN test with v12),

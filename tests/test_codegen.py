@@ -106,15 +106,14 @@ def test_refit_v6_threads_name_their_kernel(monkeypatch):
 @pytest.mark.parametrize("value,expect", [("v7", "nvfp4_refit_weights_bf16_v7_sm90a"),
                                           ("v10", "nvfp4_refit_weights_bf16_v10_sm90a"),
                                           ("v11", "nvfp4_refit_weights_bf16_v11_sm90a"),
-                                          ("v12", "nvfp4_refit_weights_bf16_v12_sm90a"),
-                                          ("v13", "TRACE_KERNELS_REFIT_VARIANT")])
+                                          ("v12", "TRACE_KERNELS_REFIT_VARIANT")])
 def test_refit_variant_from_the_environment(value, expect):
     """TRACE_KERNELS_REFIT_VARIANT picks refit_weights' default launch when the module loads; an unknown one raises."""
     code = "from trace_kernels.codegen.ops import refit_weights as r; print(r.spec('bf16').name)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={**os.environ, "TRACE_KERNELS_REFIT_VARIANT": value})
-    assert expect in (result.stdout if value != "v13" else result.stderr)
-    assert (result.returncode == 0) == (value != "v13")
+    assert expect in (result.stdout if value != "v12" else result.stderr)
+    assert (result.returncode == 0) == (value != "v12")
 
 
 @pytest.mark.parametrize("value,expect", [("v2", "nvfp4_refit_packed_bf16_v2_g2_sm90a"),

@@ -41,7 +41,7 @@ struct RefitConfig {
   using T = T_;
   static constexpr int CTA = CTA_;
   static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ >= 1 && VARIANT_ <= 12, "variants: 1 .. 12");
+  static_assert(VARIANT_ >= 1 && VARIANT_ <= 11, "variants: 1 .. 11");
   static constexpr int kSlots = KSLOTS_;                   // half blocks per thread per tile (v2: per phase-0 tile)
   static constexpr int kQuantizeBlocks = KSLOTS_ / 2;      // v2 phase 1: whole blocks per thread
   static_assert(VARIANT_ == 1 || KSLOTS_ % 2 == 0, "v2/v3 quantize whole blocks (pairs of half blocks)");
@@ -89,13 +89,13 @@ __device__ __forceinline__ float cta_amax(float amax, float* warp_amax) {
   return cta_amax_of_warps<Cfg>(warp_amax);
 }
 
-// The max (NaN wins) of the amax words words[index + j * kThreads] < count, their loads issued kBatch at a time: one
-// L2 round trip per batch instead of one per word (with the per-word loop v9's verdict kernel took 4.3 us under Nsight
-// Compute at 64 MB, most of it waiting on those loads). index: the thread's place among the kThreads.
+// This thread's max (NaN wins) of the amax words words[threadIdx.x + j * kThreads] < count, their loads issued kBatch
+// at a time: one L2 round trip per batch instead of one per word (with the per-word loop v9's verdict kernel took
+// 4.3 us under Nsight Compute at 64 MB, most of it waiting on those loads).
 template <int kThreads, int kBatch = 8>
-__device__ __forceinline__ float thread_amax_of_words(const uint32_t* __restrict__ words, int count, int index) {
+__device__ __forceinline__ float thread_amax_of_words(const uint32_t* __restrict__ words, int count) {
   float amax = 0.f;
-  for (int base = index; base < count; base += kThreads * kBatch) {
+  for (int base = threadIdx.x; base < count; base += kThreads * kBatch) {
     uint32_t bits[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) bits[j] = base + j * kThreads < count ? __ldcg(words + base + j * kThreads) : 0u;
@@ -103,12 +103,6 @@ __device__ __forceinline__ float thread_amax_of_words(const uint32_t* __restrict
     for (int j = 0; j < kBatch; ++j) amax = nvfp4::fmax_nan(amax, __uint_as_float(bits[j]));
   }
   return amax;
-}
-
-// The same over a CTA of kThreads: this thread's max of words[threadIdx.x + j * kThreads].
-template <int kThreads, int kBatch = 8>
-__device__ __forceinline__ float thread_amax_of_words(const uint32_t* __restrict__ words, int count) {
-  return thread_amax_of_words<kThreads, kBatch>(words, count, static_cast<int>(threadIdx.x));
 }
 
 // One CTA's part of expert e's amax into workspace[2 e] (|w| bits order like the floats, and NaN

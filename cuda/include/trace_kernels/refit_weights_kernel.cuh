@@ -1,9 +1,9 @@
 // The refit_weights kernel body the template instantiates: the config's variant picks the
 // implementation (refit_weights.cuh: v1..v3, refit_weights_v4.cuh: v4, refit_weights_v5.cuh: v5,
-// refit_weights_v6.cuh: v6, refit_weights_v7.cuh: v7, refit_weights_v8.cuh: v8 and v9, refit_weights_v12.cuh: v12).
-// The two int arguments are the variant's plan: v1 (ctas_per_group, unused), v2 (unused, phase), v3 (experts per
-// chunk, unused), v4 (lag, stages), v5 (experts per chunk, unused), v6 (stages, lag), v7, v8, v9 and v12 (unused,
-// phase). v10 and v11 take a second workspace and have entries of their own (the template's v10 and v11 branches).
+// refit_weights_v6.cuh: v6, refit_weights_v7.cuh: v7, refit_weights_v8.cuh: v8 and v9). The two int arguments are
+// the variant's plan: v1 (ctas_per_group, unused), v2 (unused, phase), v3 (experts per chunk, unused), v4 (lag,
+// stages), v5 (experts per chunk, unused), v6 (stages, lag), v7, v8 and v9 (unused, phase). v10 takes a second
+// workspace and has an entry of its own (refit_weights_v10.cuh, the template's v10 branch).
 #pragma once
 
 #include "trace_kernels/refit_weights.cuh"
@@ -12,7 +12,6 @@
 #include "trace_kernels/refit_weights_v6.cuh"
 #include "trace_kernels/refit_weights_v7.cuh"
 #include "trace_kernels/refit_weights_v8.cuh"
-#include "trace_kernels/refit_weights_v12.cuh"
 
 namespace trace_kernels {
 
@@ -21,11 +20,7 @@ __device__ __forceinline__ void refit_weights_kernel(const typename Cfg::T* __re
                                                      uint8_t* __restrict__ block_scales, float* __restrict__ scales,
                                                      uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
                                                      int k_dim, int plan_a, int plan_b, uint32_t* __restrict__ status) {
-  if constexpr (Cfg::kVariant == 12) {
-    if (plan_b == 0)
-      refit_speculate_v12<Cfg>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, status);
-    else refit_requantize_v12<Cfg>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, status);
-  } else if constexpr (Cfg::kVariant == 9) {
+  if constexpr (Cfg::kVariant == 9) {
     if (plan_b == 0)
       refit_speculate_v8<Cfg>(w, codes, block_scales, scales, workspace + 2 * experts, experts, per_expert, k_dim,
                               status);

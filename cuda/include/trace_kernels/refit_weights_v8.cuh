@@ -90,30 +90,21 @@ __device__ __forceinline__ int refit_next_failed_expert(const uint32_t* __restri
   return refit_next_expert_where([verdicts](int x) { return __ldcg(verdicts + 2 * x + 1) != 0u; }, e);
 }
 
-// v9's, v11's and v12's requantize waves: global tile g is tile g % tiles of expert experts - 1 - g / tiles (reversed:
-// the first re-reads hit what phase 0 left in L2). The first g' >= g in g's residue mod stride whose expert failed, or
-// experts * tiles; held experts are passed in one jump. next_failed(e): the first failed expert of e, e - 1, ..., 0,
-// or -1 (a warp-wide call).
-template <class NextFailed>
-__device__ __forceinline__ int64_t refit_next_failed_tile_of(NextFailed next_failed, int64_t g, int experts,
-                                                             int64_t tiles, int64_t stride) {
+// v9's and v11's requantize waves: global tile g is tile g % tiles of expert experts - 1 - g / tiles (reversed: the
+// first re-reads hit what phase 0 left in L2). The first g' >= g in g's residue mod stride whose expert failed, or
+// experts * tiles; held experts are passed in one jump.
+template <class Failed>
+__device__ __forceinline__ int64_t refit_next_failed_tile(Failed failed_expert, int64_t g, int experts, int64_t tiles,
+                                                          int64_t stride) {
   const int64_t total = experts * tiles;
   while (g < total) {
     const int e = experts - 1 - static_cast<int>(g / tiles);
-    const int failed = next_failed(e);
+    const int failed = refit_next_expert_where(failed_expert, e);
     if (failed < 0) return total;
     if (failed == e) return g;
     g += ((experts - 1 - failed) * tiles - g + stride - 1) / stride * stride;  // its first tile in g's residue
   }
   return g;
-}
-
-// The same walk where failed_expert(x) tells whether expert x failed (v9's and v11's verdicts).
-template <class Failed>
-__device__ __forceinline__ int64_t refit_next_failed_tile(Failed failed_expert, int64_t g, int experts, int64_t tiles,
-                                                          int64_t stride) {
-  return refit_next_failed_tile_of([&](int e) { return refit_next_expert_where(failed_expert, e); }, g, experts, tiles,
-                                   stride);
 }
 
 template <class Cfg>

@@ -176,9 +176,8 @@ def launch_speculative(kernel, spec, device: int, w, codes, block_scales, scales
     """The speculative variants' launches. Phase 0 over every tile (quantizing with each expert's previous scale as a
     guess), then v7 / v8: phase 1 with enough CTAs per expert for one wave over all experts (they return at once
     where the guess held); v9: phase 1 one CTA per expert (its verdict), phase 2 one wave sharing out the tiles of the
-    experts whose guess failed; v12: phase 1 that wave, its warps settling the verdicts. Workspace: v7 [2 E] zeroed
-    (amax bits, guess); v8 [E + E * tiles * warps], written by phase 0 (guesses, each warp's amax bits); v9 and v12
-    [2 E] (amax bits, verdict; v12's phase 0 resets the verdicts) before v8's."""
+    experts whose guess failed. Workspace: v7 [2 E] zeroed (amax bits, guess); v8 [E + E * tiles * warps], written by
+    phase 0 (guesses, each warp's amax bits); v9 [2 E] (amax bits, verdict) before v8's."""
     experts = w.shape[0]
     threads, variant = spec.launch["threads"], spec.launch["variant"]
     tiles = tiles_per_expert(spec, w)
@@ -186,11 +185,9 @@ def launch_speculative(kernel, spec, device: int, w, codes, block_scales, scales
     if variant == "v7":
         workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)
     else:
-        workspace = warp_words(w, tiles, threads, extra=2 * experts if variant in ("v9", "v12") else 0)
+        workspace = warp_words(w, tiles, threads, extra=2 * experts if variant == "v9" else 0)
     if variant == "v9":
         phases = (((tiles, experts), False), ((experts,), True), ((min(wave, tiles * experts),), True))
-    elif variant == "v12":
-        phases = (((tiles, experts), False), ((one_wave(kernel, device, threads, tiles * experts),), True))
     else:
         phases = (((tiles, experts), False), ((min(tiles, -(-wave // experts)), experts), variant == "v8" and V8_PDL))
     with nvtx.annotate("refit_weights"):
@@ -281,7 +278,7 @@ def _launch(w, codes, block_scales, scales):
     kernel = kernel_for(spec)
     threads = spec.launch["threads"]
     args = (w, codes, block_scales, scales)
-    if spec.launch["variant"] in ("v7", "v8", "v9", "v12"):  # speculative: one read of w when no scale changed
+    if spec.launch["variant"] in ("v7", "v8", "v9"):  # speculative: one read of w when no expert's scale changed
         launch_speculative(kernel, spec, device, *args)
         return
     if spec.launch["variant"] == "v10":  # v9's speculation in one persistent launch

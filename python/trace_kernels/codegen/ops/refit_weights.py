@@ -19,9 +19,7 @@ work in one persistent launch: tiles claimed from a counter, each expert's verdi
 that finished its last tile, then the failed experts' tiles claimed from the same grid (its kernel
 takes a second workspace, counters that every launch leaves zeroed), "v11" v8's two launches with v9's
 shared-out requantize wave, the verdicts read from per-expert marks that phase 0's warps store with
-a device-side epoch (a second workspace too), "v12" v9 without its verdict launch: phase 0 resets each
-expert's verdict word, and the wave's warps settle the verdicts as they first need them (claimed by
-compare-and-swap). `VARIANT` is what the op launches.
+a device-side epoch (a second workspace too). `VARIANT` is what the op launches.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from trace_kernels.shapes import ModelShape
 NAME = "nvfp4_refit_weights"
 TEMPLATE = "nvfp4_refit_weights.cu.jinja"
 CTA = 256
-VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12")
+VARIANTS = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11")
 # v6's threads per CTA (one CTA per SM: its rings take the shared memory), read at call time like VARIANT. Fewer warps
 # give each warp a larger slice of every expert, so its per-expert work (amax publish, ready check, scale) is spread
 # over more blocks. 384 and 512 were the fastest from 64 MB to 1 GB on the H200, 4-5 points of copy ahead of the first
@@ -79,9 +77,8 @@ def _spec(dtype, variant: str, cta: int) -> KernelSpec:
         template=TEMPLATE,
         # v6: one CTA per SM, so ptxas may use 85 registers at 768 threads, 168 at 384 (without the bound it capped
         # itself at 64 and spilled)
-        # v12: 3 CTAs per SM, as v9's phase 0 runs (its wave's verdict loop took the kernel to 100 registers)
         params={"cuda_type": CUDA_TYPES[short], "cta": cta, "slots": slots, "variant": int(variant[1:]),
-                "min_blocks": {"v6": 1, "v12": 3}.get(variant, 0)},
+                "min_blocks": 1 if variant == "v6" else 0},
         launch={"threads": cta, "tile_half_blocks": cta * slots, "variant": variant},
         headers=("trace_kernels/refit_weights_kernel.cuh",),
     )
