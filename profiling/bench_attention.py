@@ -431,7 +431,13 @@ def main() -> None:
                         help="only kv_gather (GATHER_CASES x GATHER_ITEMS) and extend_attention (EXTEND_CASES)")
     parser.add_argument("--build-only", type=int, default=0, metavar="JOBS",
                         help="only build the kernels (JOBS parallel nvcc) and exit; no GPU needed")
+    parser.add_argument("--decode-pdl", type=int, choices=(0, 1), default=None,
+                        help="launch the decode kernels as programmatic dependents (1) or not (0); default: the "
+                             "library's (attention.DECODE_PDL)")
     args = parser.parse_args()
+    if args.decode_pdl is not None:
+        from trace_kernels import attention
+        attention.DECODE_PDL = bool(args.decode_pdl)
     nvfp4_variants = expand_variants(args.nvfp4_variants)
     if args.build_only:
         raise SystemExit(0 if build_kernels(args.build_only, nvfp4_variants, args.build_named_only) else 1)

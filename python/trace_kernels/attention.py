@@ -136,6 +136,10 @@ MAX_SPLITS = 256
 DEFAULT_NVFP4_VARIANT = "mma4l"
 NVFP4_FALLBACK_VARIANT = "mma2_w2s2"
 DEFAULT_BF16_VARIANT = "mma"
+# The decode kernel as a programmatic dependent launch (pdl.cuh): its CTAs may start while the previous kernel on the
+# stream finishes and wait for it before their first read (split_range in attention_decode.cuh). False launches it
+# as an ordinary kernel (the A/B of bench_attention.py --decode-pdl).
+DECODE_PDL = True
 
 
 @functools.lru_cache(maxsize=None)  # memoized: asked on every launch without variant=
@@ -233,7 +237,7 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
                            _default_scale(softmax_scale, d) * math.log2(math.e))
     with nvtx.annotate("decode_attention"):
         kernel.launch(device, (ctas_per_split, splits, b), (spec.launch["threads"],),
-                      [struct(params)], smem=smem)
+                      [struct(params)], smem=smem, pdl=DECODE_PDL)
         if splits > 1:
             combine = codegen.combine_spec(d)
             kernel_for(combine).launch(device, (b * hq,), (combine.launch["threads"],),  # waits for the decode grid

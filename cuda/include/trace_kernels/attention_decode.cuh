@@ -231,9 +231,13 @@ struct SplitRange {
   int num_tiles;
 };
 
+// Every decode kernel's first read of global memory. Launched as a programmatic dependent (attention.DECODE_PDL), the
+// kernel's CTAs may start while the previous kernel on the stream runs; they wait here until it has completed (q,
+// the pages, the block table and the lengths may all be its outputs).
 template <class Cfg>
 __device__ __forceinline__ SplitRange split_range(const DecodeParams& p, int b, int split) {
   constexpr int TT = Cfg::TT;
+  pdl::wait_for_prerequisite_grid();
   const int length = min(p.lengths[b], p.max_pages * Cfg::P);  // never index past the block table
   SplitRange r;
   r.pos_begin = split * p.tiles_per_split * TT;

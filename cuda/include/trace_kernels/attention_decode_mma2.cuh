@@ -197,6 +197,14 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   const SplitRange range = split_range<Cfg>(p, b, split);
   const int pos_begin = range.pos_begin, pos_end = range.pos_end, num_tiles = range.num_tiles;
 
+  // The first tiles' copies go out before q is read, so q's loads and scaling overlap their flight.
+  uint32_t loader_slot = 0;  // kBulk: this lane's page slot in the next tile it copies
+  if constexpr (Cfg::kBulk) {
+    Cfg::pipeline_start(smem, p, b, range, loader_slot);
+  } else {
+    pipeline_prefetch<Cfg, LoadTile>(smem, p, b, kv_head, range);
+  }
+
   // Q of head gid as QK B fragments, scaled by a power of two c into FP16 range. Thread tig owns
   // elements [tig D/4, (tig + 1) D/4); k-step s = 2 i + h: b0 = elements {8i + 4h, +1}, b1 = {+2, +3}
   // (the K A fragment below takes the same elements from its code words: field pairs 2h and 2h + 1).
@@ -247,13 +255,6 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   float run_m[2] = {-FLT_MAX, -FLT_MAX};  // max score (log2 domain) per head column
   float run_M[2] = {-FLT_MAX, -FLT_MAX};  // max of score + log2(s_v)
   float run_l[2] = {0.f, 0.f};            // this thread's part of sum 2^(score - m)
-
-  uint32_t loader_slot = 0;  // kBulk: this lane's page slot in the next tile it copies
-  if constexpr (Cfg::kBulk) {
-    Cfg::pipeline_start(smem, p, b, range, loader_slot);
-  } else {
-    pipeline_prefetch<Cfg, LoadTile>(smem, p, b, kv_head, range);
-  }
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     if constexpr (Cfg::kBulk) {
