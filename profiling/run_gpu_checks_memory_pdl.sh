@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record of the call that measured these launches at commit d0249ca (reverted in the next commit: no gain;
+# docs/toolchain.md, "Programmatic dependent launches for quantize and refit"). Runs as written only on that commit.
 # The quantize op and refit v8 / v9's phase 0 as programmatic dependent launches (ops.quantize.QUANTIZE_PDL,
 # ops.refit_weights.SPECULATIVE_PDL; twenty-fourth session, 2026-12-04) on the H200, one call:
 #   1. the quantize and refit v8 / v9 GPU tests (bit-exact, graph replays; both knobs off too)

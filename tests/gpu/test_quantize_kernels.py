@@ -409,20 +409,6 @@ def test_refit_v8_second_launch_plain(monkeypatch, dtype):
     test_refit_after_a_small_update("v8", dtype)
 
 
-@pytest.mark.parametrize("variant", ["v8", "v9"])
-def test_refit_first_launch_plain(monkeypatch, variant):
-    """v8 and v9 with phase 0 an ordinary launch instead of a programmatic dependent: the same bytes (the A/B)."""
-    monkeypatch.setattr(codegen_refit, "VARIANT", variant)
-    monkeypatch.setattr(importlib.import_module("trace_kernels.ops.refit_weights"), "SPECULATIVE_PDL", False)
-    test_refit_after_a_small_update(variant, torch.bfloat16)
-
-
-def test_quantize_plain_launch(monkeypatch, quantize_variant):
-    """The quantize op as an ordinary launch instead of a programmatic dependent: the same bytes (the A/B)."""
-    monkeypatch.setattr(importlib.import_module("trace_kernels.ops.quantize"), "QUANTIZE_PDL", False)
-    test_quantize_bitexact(quantize_variant, torch.bfloat16, 9, 2048)
-
-
 @pytest.mark.parametrize("variant", ["v10", "v11"])
 @pytest.mark.parametrize("grid", [1, 3, None, 4096])
 @pytest.mark.parametrize("experts, n, k", [(6, 48, 1024), (40, 8, 32), (3, 300, 2048)])

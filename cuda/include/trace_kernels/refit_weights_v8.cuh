@@ -36,9 +36,6 @@ __device__ __forceinline__ void refit_speculate_v8(const typename Cfg::T* __rest
                                                    uint8_t* __restrict__ block_scales, const float* __restrict__ scales,
                                                    uint32_t* __restrict__ workspace, int experts, int64_t per_expert,
                                                    int k_dim, uint32_t* __restrict__ status) {
-  // Launched as a programmatic dependent of the kernel before it (ops.refit_weights.SPECULATIVE_PDL): w, the scales and
-  // the buffers may be that kernel's (an optimizer step, a GEMM still reading the codes).
-  pdl::wait_for_prerequisite_grid();
   pdl::allow_dependent_launch();  // phase 1 may become resident once every tile has started; it waits for them all
   refit_speculate_v7<Cfg, true>(w, codes, block_scales, scales, workspace, experts, per_expert, k_dim, status);
 }

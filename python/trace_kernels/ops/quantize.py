@@ -39,11 +39,6 @@ def _reference(x, emit_guidance, emit_dequant):
     return q.codes, q.block_scales, q.scale, bits, dq
 
 
-# The op's kernel as a programmatic dependent launch: it waits for the kernel before it before its first read
-# (quantize_rows_kernel), so its CTAs may be scheduled while that kernel finishes; False: an ordinary launch (the A/B).
-QUANTIZE_PDL = True
-
-
 def _launch(x, emit_guidance, emit_dequant):
     check_cuda_device(x)
     d = x.shape[-1]
@@ -53,8 +48,7 @@ def _launch(x, emit_guidance, emit_dequant):
     scale = new_output(lead, torch.float32, x.device)
     bits = new_output((*lead, d // 8) if emit_guidance else _EMPTY_U8, torch.uint8, x.device)
     dq = new_output((*lead, d) if emit_dequant else _EMPTY_U8, torch.bfloat16, x.device)
-    launch_into(x, codes, block_scales, scale, bits if emit_guidance else None, dq if emit_dequant else None,
-                pdl=QUANTIZE_PDL)
+    launch_into(x, codes, block_scales, scale, bits if emit_guidance else None, dq if emit_dequant else None)
     return codes, block_scales, scale, bits, dq
 
 

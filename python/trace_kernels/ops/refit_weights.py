@@ -170,9 +170,6 @@ def launch_v2_pass(w, codes, block_scales, scales, workspace, phase: int) -> Non
 # v8: phase 1 as a programmatic dependent launch of phase 0 (the kernel waits for phase 0 either way; False times it
 # as an ordinary launch, for the A/B).
 V8_PDL = True
-# v8 and v9: phase 0 as a programmatic dependent launch of the kernel before it (it waits for that kernel before its
-# first read), so its CTAs may be scheduled while that kernel finishes; False: an ordinary launch (the A/B).
-SPECULATIVE_PDL = True
 
 
 def launch_speculative(kernel, spec, device: int, w, codes, block_scales, scales) -> None:
@@ -189,11 +186,10 @@ def launch_speculative(kernel, spec, device: int, w, codes, block_scales, scales
         workspace = torch.zeros(2 * experts, dtype=torch.int32, device=w.device)
     else:
         workspace = warp_words(w, tiles, threads, extra=2 * experts if variant == "v9" else 0)
-    first = variant in ("v8", "v9") and SPECULATIVE_PDL  # v7's phase 0 does not wait for the kernel before it
     if variant == "v9":
-        phases = (((tiles, experts), first), ((experts,), True), ((min(wave, tiles * experts),), True))
+        phases = (((tiles, experts), False), ((experts,), True), ((min(wave, tiles * experts),), True))
     else:
-        phases = (((tiles, experts), first), ((min(tiles, -(-wave // experts)), experts), variant == "v8" and V8_PDL))
+        phases = (((tiles, experts), False), ((min(tiles, -(-wave // experts)), experts), variant == "v8" and V8_PDL))
     with nvtx.annotate("refit_weights"):
         for phase, (grid, pdl) in enumerate(phases):
             kernel.launch(device, grid, (threads,),
