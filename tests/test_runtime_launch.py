@@ -90,8 +90,8 @@ def test_occupancy_is_asked_once_per_shape_and_again_after_a_shared_memory_limit
     kernel.allow_dynamic_smem(0, 100_000)
     assert kernel.max_active_blocks_per_sm(0, 256) == 4
     assert calls[-1] == (256, 0) and len(calls) == 3
-    # below 48 KB too: the default limit is 48 KB minus the kernel's static shared memory (refit_packed v3: 48 KB
-    # dynamic + 4 KB static tables); not again below a limit already set on that device, never for none
+    # below 48 KB too: the default limit is 48 KB minus the kernel's static shared memory (48 KB of dynamic next to
+    # 4 KB of static tables fitted no CTA); not again below a limit already set on that device, never for none
     kernel.allow_dynamic_smem(0, 49_152)
     kernel.allow_dynamic_smem(0, 40_000)
     kernel.allow_dynamic_smem(0, 0)
