@@ -7,7 +7,7 @@
 #      previous commit's python/, cuda/, codegen/ and bench scripts), in parallel
 #   2. the KV GPU tests (decode against the reference at every split count, CUDA graphs; append; gather)
 #   3. decode A/B, ROUNDS (default 2) rounds of the four decode cases: mma4l on the base tree, on this tree as a
-#      programmatic dependent launch and as an ordinary one
+#      programmatic dependent launch and as an ordinary one (ARMS, default "base pdl plain")
 #   4. compute-sanitizer memcheck and racecheck on mma4l's split and bytes-past-the-end tests
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_pdl.sh
 #   -> $OUT/decode_pdl.tar
@@ -35,7 +35,7 @@ echo "base build (${SECONDS}s): $(tail -1 "$DIR/build_base.log")"
 gpu_tests 200 "$DIR/kv_tests.log" -m gpu tests/gpu/test_kv_kernels.py
 
 for round in $(seq 1 "${ROUNDS:-2}"); do
-  for arm in base pdl plain; do
+  for arm in ${ARMS:-base pdl plain}; do
     [ "$(left)" -gt 110 ] || { echo "decode $arm $round skipped: $(left)s left"; continue; }
     if [ "$arm" = base ]; then py=$PWD/$BASE/python; script=$BASE/profiling/bench_attention.py; flag=""
     else py=$PWD/python; script=profiling/bench_attention.py; flag="--decode-pdl $([ "$arm" = pdl ] && echo 1 || echo 0)"; fi
