@@ -86,8 +86,13 @@ __device__ __forceinline__ int refit_next_expert_where(Failed failed_expert, int
   return -1;
 }
 
+// Whether expert x must be requantized: v9's verdict word verdicts[2 x + 1] (refit_weights_packed_ v2's too) is set.
+__device__ __forceinline__ bool refit_verdict_failed(const uint32_t* __restrict__ verdicts, int x) {
+  return __ldcg(verdicts + 2 * x + 1) != 0u;
+}
+
 __device__ __forceinline__ int refit_next_failed_expert(const uint32_t* __restrict__ verdicts, int e) {
-  return refit_next_expert_where([verdicts](int x) { return __ldcg(verdicts + 2 * x + 1) != 0u; }, e);
+  return refit_next_expert_where([verdicts](int x) { return refit_verdict_failed(verdicts, x); }, e);
 }
 
 // v9's and v11's requantize waves: global tile g is tile g % tiles of expert experts - 1 - g / tiles (reversed: the
@@ -115,7 +120,7 @@ __device__ __forceinline__ void refit_requantize_v9(const typename Cfg::T* __res
   pdl::wait_for_prerequisite_grid();  // phase 1's verdicts (phase 1 waited for phase 0)
   const int64_t tiles = refit_tiles_per_expert<Cfg>(per_expert);
   const int64_t total = experts * tiles, stride = gridDim.x;
-  const auto failed = [workspace](int x) { return __ldcg(workspace + 2 * x + 1) != 0u; };
+  const auto failed = [workspace](int x) { return refit_verdict_failed(workspace, x); };
   const auto next = [&](int64_t g) { return refit_next_failed_tile(failed, g, experts, tiles, stride); };
   for (int64_t g = next(blockIdx.x); g < total; g = next(g + stride)) {
     const int e = experts - 1 - static_cast<int>(g / tiles);
