@@ -30,6 +30,7 @@
 
 #include <type_traits>
 
+#include "trace_kernels/decode_timeline.cuh"
 #include "trace_kernels/kv_codes.cuh"
 #include "trace_kernels/nvfp4.cuh"
 #include "trace_kernels/pdl.cuh"
@@ -285,6 +286,33 @@ __device__ __forceinline__ void store_split_output(const DecodeParams& p, int64_
   }
 }
 
+// store_split_output of elements d .. d + N - 1 (N 4 or 8, d a multiple of N): 16-byte stores (one per 4 floats, or
+// the N bf16 values as one 8- or 16-byte store).
+template <int D, int N>
+__device__ __forceinline__ void store_split_outputs(const DecodeParams& p, int64_t bh, int d, int split,
+                                                    int num_splits, const float (&o)[N], float m, float l) {
+  static_assert(N == 4 || N == 8, "4 or 8 elements");
+  if (num_splits == 1) {
+    uint32_t bits[N / 2];
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(o[2 * j], o[2 * j + 1]);
+      bits[j] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+    if constexpr (N == 4) {
+      *reinterpret_cast<uint2*>(p.out + bh * D + d) = make_uint2(bits[0], bits[1]);
+    } else {
+      *reinterpret_cast<uint4*>(p.out + bh * D + d) = make_uint4(bits[0], bits[1], bits[2], bits[3]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j)
+      *reinterpret_cast<float4*>(p.o_part + (bh * num_splits + split) * D + d + 4 * j) =
+          make_float4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
+    if (d == 0) p.lse_part[bh * num_splits + split] = l > 0.f ? m + log2f(l) : -CUDART_INF_F;
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
   constexpr int G = Cfg::G, D = Cfg::D, L = Cfg::L, TT = Cfg::TT;
@@ -477,7 +505,9 @@ __device__ __forceinline__ void decode_attention_combine(const float* __restrict
   using Vec = typename std::conditional<kVec == 4, float4, float2>::type;
   __shared__ float partial_num[kCombineWarps][D];
   __shared__ float partial_den[kCombineWarps];
+  DECODE_STAMP(0);  // diagnostic timeline (decode_timeline.cuh): empty unless TRACE_KERNELS_DECODE_TIMELINE
   pdl::wait_for_prerequisite_grid();
+  DECODE_STAMP(1);
   const int64_t bh = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* lse = lse_part + bh * num_splits;
@@ -509,6 +539,7 @@ __device__ __forceinline__ void decode_attention_combine(const float* __restrict
     }
     out[bh * D + d] = __float2bfloat16_rn(l > 0.f ? n / l : 0.f);
   }
+  DECODE_STAMP(5);
 }
 
 }  // namespace trace_kernels

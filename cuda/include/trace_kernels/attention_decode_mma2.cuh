@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "trace_kernels/attention_decode_mma.cuh"
+#include "trace_kernels/decode_timeline.cuh"
 #include "trace_kernels/kv_codes.cuh"
 
 namespace trace_kernels {
@@ -194,8 +195,11 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   const int gid = lane / 4;  // QK: token row / B column (head gid); PV: d rows
   const int tig = lane % 4;  // QK: D quarter; C columns = heads 2 tig, 2 tig + 1
 
+  DECODE_STAMP(0);  // diagnostic timeline (decode_timeline.cuh): empty unless TRACE_KERNELS_DECODE_TIMELINE
   const SplitRange range = split_range<Cfg>(p, b, split);
   const int pos_begin = range.pos_begin, pos_end = range.pos_end, num_tiles = range.num_tiles;
+  DECODE_STAMP(1);
+  DECODE_NOTE(num_tiles);
 
   // The first tiles' copies go out before q is read, so q's loads and scaling overlap their flight.
   uint32_t loader_slot = 0;  // kBulk: this lane's page slot in the next tile it copies
@@ -256,6 +260,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   float run_M[2] = {-FLT_MAX, -FLT_MAX};  // max of score + log2(s_v)
   float run_l[2] = {0.f, 0.f};            // this thread's part of sum 2^(score - m)
 
+  DECODE_STAMP(2);
   for (int tile = 0; tile < num_tiles; ++tile) {
     if constexpr (Cfg::kBulk) {
       Cfg::pipeline_next(smem, p, b, range, tile, loader_slot);  // issue tile + STAGES - 1, wait for tile
@@ -267,6 +272,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       detail::cp_async_wait<Cfg::STAGES - 1>();
       __syncthreads();
     }
+    if (tile == 0) DECODE_STAMP(3);
     const uint8_t* stage = smem + (tile % Cfg::STAGES) * Cfg::kStageBytes;
     const float* k_scale = reinterpret_cast<const float*>(stage + Cfg::kOffKs);
     const float* v_scale = reinterpret_cast<const float*>(stage + Cfg::kOffVs);
@@ -454,6 +460,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   }
   if constexpr (!Cfg::kBulk) detail::cp_async_wait<0>();  // kBulk: every issued tile was waited for
   __syncthreads();
+  DECODE_STAMP(4);
 
   // ---- merge the warps: per head (m, l, M) and acc [8 heads][D]
   float* red = reinterpret_cast<float*>(smem);
@@ -477,11 +484,14 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       }
   }
   __syncthreads();
-  // outputs (kv head hl of the CTA, q head h of its G, d): the kWarpsPerHead warps of head hl merge
-  for (int idx = threadIdx.x; idx < Cfg::kKvHeadsPerCta * G * D; idx += Cfg::kThreads) {
-    const int hl = Cfg::kKvHeadsPerCta == 1 ? 0 : idx / (G * D);
-    const int h = (idx - hl * G * D) / D;
-    const int d = idx - hl * G * D - h * D;
+  DECODE_STAMP(6);
+  // outputs (kv head hl of the CTA, q head h of its G, kVec consecutive d): the kWarpsPerHead warps of head hl
+  // merge. kVec elements per thread: 16-byte shared loads and stores, and the head's weights once per kVec.
+  constexpr int kVec = 8;
+  for (int idx = threadIdx.x; idx < Cfg::kKvHeadsPerCta * G * D / kVec; idx += Cfg::kThreads) {
+    const int hl = Cfg::kKvHeadsPerCta == 1 ? 0 : idx / (G * D / kVec);
+    const int h = (idx - hl * G * D / kVec) / (D / kVec);
+    const int d = kVec * (idx - hl * G * D / kVec - h * (D / kVec));
     const int w0 = hl * Cfg::kWarpsPerHead;
     float m = -FLT_MAX, M = -FLT_MAX;
 #pragma unroll
@@ -489,17 +499,30 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       m = fmaxf(m, stats[(w * 3 + 0) * 8 + h]);
       M = fmaxf(M, stats[(w * 3 + 2) * 8 + h]);
     }
-    float l = 0.f, o = 0.f;
+    float l = 0.f, o[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) o[j] = 0.f;
 #pragma unroll
     for (int w = w0; w < w0 + Cfg::kWarpsPerHead; ++w) {
       l += exp2f(stats[(w * 3 + 0) * 8 + h] - m) * stats[(w * 3 + 1) * 8 + h];
-      o += exp2f(stats[(w * 3 + 2) * 8 + h] - M) * red[(w * 8 + h) * D + d];
+      const float weight = exp2f(stats[(w * 3 + 2) * 8 + h] - M);
+#pragma unroll
+      for (int q4 = 0; q4 < kVec / 4; ++q4) {
+        const float4 r = *reinterpret_cast<const float4*>(red + (w * 8 + h) * D + d + 4 * q4);
+        o[4 * q4 + 0] += weight * r.x;
+        o[4 * q4 + 1] += weight * r.y;
+        o[4 * q4 + 2] += weight * r.z;
+        o[4 * q4 + 3] += weight * r.w;
+      }
     }
-    o = l > 0.f ? kv_codes::kValueFold * o * exp2f(M - m) / l : 0.f;  // the V operands are value / kValueFold
+    const float scale = exp2f(M - m);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) o[j] = l > 0.f ? kv_codes::kValueFold * o[j] * scale / l : 0.f;  // V: value / kValueFold
     const int out_head0 = Cfg::kKvHeadsPerCta == 1 ? head0 : hl * Cfg::GROUP + head_group * G;
     const int64_t bh = static_cast<int64_t>(b) * hq + out_head0 + h;
-    store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
+    store_split_outputs<D>(p, bh, d, split, num_splits, o, m, l);
   }
+  DECODE_STAMP(5);
 }
 
 template <class Cfg>

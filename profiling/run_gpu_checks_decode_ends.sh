@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A decode CTA's start and end (twenty-fifth session, 2026-12-04), one call, every step under `timeout` (BUDGET s):
+#   1. build: the KV test kernels and the RL GPU tests' engine kernels not in the carried cache
+#   2. decode_ab.py: the default NVFP4 decode kernel (mma4l) built from BASE's headers (the previous commit) and from
+#      this tree's, outputs compared bit for bit on random cases (split counts 1 to the planner's), then ROUNDS rounds
+#      of the four decode cases at the planner's split count and at SPLITS
+#   3. decode_timeline.py on this tree (per-CTA stamps, the combine's too); one round of each of VARIANTS (other mma4l
+#      configurations, this tree) at the planner's split count
+#   4. the KV GPU tests; compute-sanitizer memcheck and racecheck on mma4l's split, graph and past-the-end tests
+#   5. the RL layer's GPU tests (RL=0 skips them)
+# The session ran it three times on three trees (docs/kv_cache.md, "A decode CTA's start and end"): call 2 (steps 1-4,
+# then named run_gpu_checks_decode_merge.sh) with the merge's weights computed once per head, call 3 with the first
+# copies' page-table reads issued beside the length's and a swizzled merge buffer (both measured, then reverted), call 4
+# (SPLITS="" VARIANTS="") with four outputs per thread in the merge, call 5 (also EXTRA_ARMS="w4=.ab_w4/cuda/include", a
+# copy of call 4's headers) with eight.
+# Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh
+#   -> $OUT/decode_ends.tar
+set -uo pipefail
+OUT=${OUT:-runs/decode_ends}
+BUDGET=${BUDGET:-570}
+BASE=${BASE:-.ab_base}
+DIR="$OUT/decode_ends"
+mkdir -p "$DIR"
+source profiling/gpu_env.sh "$DIR/setup.log"
+tar_on_exit "$DIR"
+log_machine "$DIR/machine.log"
+
+TRACE_KERNELS_PTXAS_CHECK=1 timeout 150 python3 -c "
+from trace_kernels import jit, kv_testing
+specs = kv_testing.kernel_specs()
+bad = [s.name for s, e in zip(specs, jit.build_all(specs, jobs=14, keep_going=True)) if isinstance(e, Exception)]
+print('kv kernels', len(specs), 'failed', bad)" > "$DIR/build_kv.log" 2>&1
+echo "kv build exit $? (${SECONDS}s)"; tail -1 "$DIR/build_kv.log"
+if [ "${RL:-1}" = 1 ]; then
+  prebuild_engine_test_models 90 "$DIR/build_engine.log"; echo "engine build exit $? (${SECONDS}s)"
+  tail -1 "$DIR/build_engine.log"
+fi
+
+extra_arms=(); for arm in ${EXTRA_ARMS:-}; do extra_arms+=(--arm "$arm"); done  # NAME=DIR, after base and new
+timeout 200 python3 profiling/decode_ab.py --arm "base=$BASE/cuda/include" --arm new=cuda/include "${extra_arms[@]}" \
+  --rounds "${ROUNDS:-2}" --split-counts "${SPLITS-16,32,64}" --out "$DIR/decode_ab.json" > "$DIR/decode_ab.log" 2>&1
+echo "decode A/B exit $? (${SECONDS}s)"; grep -E "registers|bitwise|reference|differ|Error" "$DIR/decode_ab.log"
+grep -E "^round" "$DIR/decode_ab.log" | awk '{print $2, $3, $4 "x" $6, $7, $11, $13}' | tr '\n' ';'; echo
+
+timeout 100 python3 profiling/decode_timeline.py --out "$DIR/timeline.json" > "$DIR/timeline.log" 2>&1
+echo "timeline exit $? (${SECONDS}s)"; grep -E " x |Error|error" "$DIR/timeline.log" | cut -c1-330
+
+for variant in ${VARIANTS-mma4l_w4s2 mma4l_w1s2}; do
+  [ "$(left)" -gt 330 ] || { echo "variant $variant skipped: $(left)s left"; continue; }
+  timeout 90 python3 profiling/decode_ab.py --variant "$variant" --arm new=cuda/include --rounds 1 \
+    --out "$DIR/decode_$variant.json" > "$DIR/decode_$variant.log" 2>&1
+  echo "variant $variant exit $? (${SECONDS}s)"; grep -E "registers" "$DIR/decode_$variant.log"
+  grep -E "^round" "$DIR/decode_$variant.log" | awk '{print $4 "x" $6, $7, $11}' | tr '\n' ';'; echo
+done
+
+gpu_tests 150 "$DIR/kv_tests.log" -m gpu tests/gpu/test_kv_kernels.py
+
+SPLIT_TESTS=(tests/gpu/test_kv_kernels.py -k "(test_decode_attention_growing_scores_and_special_rows or test_decode_attention_cuda_graph or past_the_end) and mma4l")
+limit=$(( ($(left) - 4) / 2 )); [ "$limit" -gt 70 ] && limit=70
+sanitize memcheck "$limit" "$DIR/sanitizer_memcheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
+  "${SPLIT_TESTS[@]}"
+limit=$(( $(left) - 3 )); [ "$limit" -gt 70 ] && limit=70
+sanitize racecheck "$limit" "$DIR/sanitizer_racecheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
+  "${SPLIT_TESTS[@]}"
+if [ "${RL:-1}" = 1 ] && [ "$(left)" -gt 80 ]; then
+  gpu_tests $(( $(left) - 5 )) "$DIR/rl_gpu_tests.log" -m gpu tests/rl
+fi
+echo "== done ($(left)s left)"

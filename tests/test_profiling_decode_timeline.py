@@ -1,0 +1,58 @@
+"""profiling/decode_timeline.py off the GPU: the per-CTA summary on synthetic stamps, and the stamps' compile switch."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+PROFILING = Path(__file__).resolve().parents[1] / "profiling"
+sys.path.insert(0, str(PROFILING))
+
+import decode_timeline  # noqa: E402
+
+US = 1000  # ns
+
+
+def cta(entry, waited, q_ready, first_tile, loop_done, stored, merge_buffer, smid, tiles):
+    """One CTA's 16 slots as the kernel writes them: globaltimer 0-6, smid 7, clock64 8-14, tile count 15."""
+    times = [entry, waited, q_ready, first_tile, loop_done, stored, merge_buffer]
+    clocks = [2 * t for t in times]  # a 2 GHz SM clock
+    return [t * US for t in times] + [smid] + [c * US for c in clocks] + [tiles]
+
+
+def test_summary_of_two_sms_with_an_unequal_pair():
+    rows = [
+        cta(0, 1, 4, 5, 35, 38, 36, smid=0, tiles=11),   # 30 us loop over 10 tile steps: 3 us per tile
+        cta(0, 1, 4, 5, 45, 48, 46, smid=0, tiles=11),   # its neighbour on SM 0 ends 10 us later
+        cta(1, 2, 5, 6, 36, 39, 37, smid=1, tiles=11),
+        cta(1, 2, 5, 6, 26, 29, 27, smid=2, tiles=11),   # alone on its SM: 2 us per tile
+    ]
+    s = decode_timeline.summarize(rows)
+    assert s["ctas"] == 4 and s["sms_used"] == 3 and s["max_ctas_per_sm"] == 2
+    assert s["span_us"] == 48
+    assert s["start_spread_us"]["max"] == 1
+    assert s["wait_us"] == 1 and s["q_us"] == 3 and s["first_tile_after_wait_us"] == 4
+    assert s["per_tile_us"] == 3 and s["per_tile_cycles"] == 6000  # medians over the four CTAs
+    assert s["merge_store_us"] == 3 and s["merge_buffer_us"] == 1 and s["merge_outputs_us"] == 2
+    assert s["end_us"]["min"] == 29 and s["end_us"]["max"] == 48
+    assert s["timer_step_ns"] == 1000
+
+
+def test_combine_summary_is_on_the_decode_clock():
+    t0 = 5 * US
+    rows = [cta(50, 51, 0, 0, 0, 53, 0, smid=3, tiles=0), cta(50, 52, 0, 0, 0, 54, 0, smid=4, tiles=0),
+            [0] * decode_timeline.SLOTS]  # a CTA that never ran (cleared slots) is left out
+    c = decode_timeline.combine_summary(rows, t0)
+    assert c == {"ctas": 2, "first_entry_us": 45, "first_past_wait_us": 46, "last_past_wait_us": 47, "end_us": 49}
+
+
+@pytest.mark.nvcc
+def test_stamps_are_compiled_in_only_with_the_macro(tmp_path):
+    """The decode kernels call DECODE_STAMP unconditionally: without TRACE_KERNELS_DECODE_TIMELINE the timeline array
+    (the name the script reads back) must not exist, with it it must."""
+    from trace_kernels.codegen.ops import decode_attention as codegen
+    spec = codegen.combine_spec(64)  # small: seconds to compile, and it carries the same hooks as the decode kernels
+    with_stamps = decode_timeline.compile_with_stamps(spec, tmp_path, stamps=True).read_bytes()
+    without = decode_timeline.compile_with_stamps(spec, tmp_path, stamps=False).read_bytes()
+    assert decode_timeline.SYMBOL in with_stamps
+    assert decode_timeline.SYMBOL not in without
