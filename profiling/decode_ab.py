@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -34,12 +33,8 @@ def build_arm(spec, include_dir: str, macros: list[str], workdir: Path) -> runti
     source.write_text(spec.render())
     cubin = workdir / f"{spec.name}.cubin"
     # the arm's folder first: every "trace_kernels/..." include resolves there
-    cmd = [compiler.find_nvcc(), *compiler.flags(spec), f"-I{Path(include_dir).resolve()}",
-           *compiler.include_flags(spec), *(f"-D{m}" for m in macros), "-o", str(cubin), str(source)]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise compiler.CompileError(result.stdout + result.stderr)
-    report = compiler.parse_ptxas(result.stdout + result.stderr)
+    report = compiler.compile_cubin(spec, source, cubin, compiler.find_nvcc(),
+                                    [f"-I{Path(include_dir).resolve()}", *(f"-D{m}" for m in macros)])
     print(f"  {include_dir} {macros}: {report.registers} registers, spills {report.spill_stores}/{report.spill_loads}")
     return runtime.CudaKernel(spec.name, cubin.read_bytes())
 

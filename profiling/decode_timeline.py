@@ -22,7 +22,6 @@ import ctypes
 import json
 import re
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -46,12 +45,9 @@ def compile_with_stamps(spec, workdir: Path, stamps: bool = True) -> Path:
     source = workdir / f"{spec.name}.cu"
     source.write_text(spec.render())
     cubin = workdir / f"{spec.name}{'_stamps' if stamps else ''}.cubin"
-    cmd = [compiler.find_nvcc(), *compiler.flags(spec), *compiler.include_flags(spec),
-           *(["-DTRACE_KERNELS_DECODE_TIMELINE"] if stamps else []), "-o", str(cubin), str(source)]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise compiler.CompileError(result.stdout + result.stderr)
-    print(f"timeline build of {spec.name}: {compiler.parse_ptxas(result.stdout + result.stderr).registers} registers")
+    report = compiler.compile_cubin(spec, source, cubin, compiler.find_nvcc(),
+                                    ["-DTRACE_KERNELS_DECODE_TIMELINE"] if stamps else [])
+    print(f"timeline build of {spec.name}: {report.registers} registers")
     return cubin
 
 

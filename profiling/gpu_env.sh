@@ -67,6 +67,17 @@ ncu_report() {
     "$rep.txt" | head -20
 }
 
+# decode_sanitizers DIR: memcheck (half the time left, at most 70 s), then racecheck (what is left, at most 70 s) on
+# mma4l's split, CUDA-graph and bytes-past-the-end KV GPU tests; logs DIR/sanitizer_{memcheck,racecheck}.log.
+decode_sanitizers() {
+  local dir=$1 limit
+  local tests=(tests/gpu/test_kv_kernels.py -k "(test_decode_attention_growing_scores_and_special_rows or test_decode_attention_cuda_graph or past_the_end) and mma4l")
+  limit=$(( ($(left) - 4) / 2 )); [ "$limit" -gt 70 ] && limit=70
+  sanitize memcheck "$limit" "$dir/sanitizer_memcheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu "${tests[@]}"
+  limit=$(( $(left) - 3 )); [ "$limit" -gt 70 ] && limit=70
+  sanitize racecheck "$limit" "$dir/sanitizer_racecheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu "${tests[@]}"
+}
+
 # prebuild_engine_test_models LIMIT LOG: the rollout engine's kernels of the GPU tests' two models
 # (rl/configs/models.toml's tiny-kernels and small) at every decode batch the tests use.
 prebuild_engine_test_models() {

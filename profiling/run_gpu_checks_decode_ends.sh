@@ -55,13 +55,7 @@ done
 
 gpu_tests 150 "$DIR/kv_tests.log" -m gpu tests/gpu/test_kv_kernels.py
 
-SPLIT_TESTS=(tests/gpu/test_kv_kernels.py -k "(test_decode_attention_growing_scores_and_special_rows or test_decode_attention_cuda_graph or past_the_end) and mma4l")
-limit=$(( ($(left) - 4) / 2 )); [ "$limit" -gt 70 ] && limit=70
-sanitize memcheck "$limit" "$DIR/sanitizer_memcheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
-  "${SPLIT_TESTS[@]}"
-limit=$(( $(left) - 3 )); [ "$limit" -gt 70 ] && limit=70
-sanitize racecheck "$limit" "$DIR/sanitizer_racecheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
-  "${SPLIT_TESTS[@]}"
+decode_sanitizers "$DIR"
 if [ "${RL:-1}" = 1 ] && [ "$(left)" -gt 80 ]; then
   gpu_tests $(( $(left) - 5 )) "$DIR/rl_gpu_tests.log" -m gpu tests/rl
 fi

@@ -47,11 +47,5 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
   done
 done
 
-SPLIT_TESTS=(tests/gpu/test_kv_kernels.py -k "(test_decode_attention_growing_scores_and_special_rows or test_decode_attention_cuda_graph or past_the_end) and mma4l")
-limit=$(( ($(left) - 4) / 2 )); [ "$limit" -gt 70 ] && limit=70
-sanitize memcheck "$limit" "$DIR/sanitizer_memcheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
-  "${SPLIT_TESTS[@]}"
-limit=$(( $(left) - 3 )); [ "$limit" -gt 70 ] && limit=70
-sanitize racecheck "$limit" "$DIR/sanitizer_racecheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
-  "${SPLIT_TESTS[@]}"
+decode_sanitizers "$DIR"
 echo "== done ($(left)s left)"

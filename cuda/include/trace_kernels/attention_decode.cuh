@@ -286,29 +286,22 @@ __device__ __forceinline__ void store_split_output(const DecodeParams& p, int64_
   }
 }
 
-// store_split_output of elements d .. d + N - 1 (N 4 or 8, d a multiple of N): 16-byte stores (one per 4 floats, or
-// the N bf16 values as one 8- or 16-byte store).
-template <int D, int N>
-__device__ __forceinline__ void store_split_outputs(const DecodeParams& p, int64_t bh, int d, int split,
-                                                    int num_splits, const float (&o)[N], float m, float l) {
-  static_assert(N == 4 || N == 8, "4 or 8 elements");
+// store_split_output of elements d .. d + 7 (d a multiple of 8): two 16-byte stores, or the 8 bf16 values in one.
+template <int D>
+__device__ __forceinline__ void store_split_output8(const DecodeParams& p, int64_t bh, int d, int split,
+                                                    int num_splits, const float (&o)[8], float m, float l) {
   if (num_splits == 1) {
-    uint32_t bits[N / 2];
+    uint32_t bits[4];
 #pragma unroll
-    for (int j = 0; j < N / 2; ++j) {
+    for (int j = 0; j < 4; ++j) {
       const __nv_bfloat162 pair = __floats2bfloat162_rn(o[2 * j], o[2 * j + 1]);
       bits[j] = *reinterpret_cast<const uint32_t*>(&pair);
     }
-    if constexpr (N == 4) {
-      *reinterpret_cast<uint2*>(p.out + bh * D + d) = make_uint2(bits[0], bits[1]);
-    } else {
-      *reinterpret_cast<uint4*>(p.out + bh * D + d) = make_uint4(bits[0], bits[1], bits[2], bits[3]);
-    }
+    *reinterpret_cast<uint4*>(p.out + bh * D + d) = make_uint4(bits[0], bits[1], bits[2], bits[3]);
   } else {
-#pragma unroll
-    for (int j = 0; j < N / 4; ++j)
-      *reinterpret_cast<float4*>(p.o_part + (bh * num_splits + split) * D + d + 4 * j) =
-          make_float4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
+    float4* part = reinterpret_cast<float4*>(p.o_part + (bh * num_splits + split) * D + d);
+    part[0] = make_float4(o[0], o[1], o[2], o[3]);
+    part[1] = make_float4(o[4], o[5], o[6], o[7]);
     if (d == 0) p.lse_part[bh * num_splits + split] = l > 0.f ? m + log2f(l) : -CUDART_INF_F;
   }
 }

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from trace_kernels import env, paths
 from trace_kernels.codegen.spec import GENCODE, KernelSpec
@@ -90,9 +91,13 @@ def parse_ptxas(text: str) -> PtxasReport:
     return PtxasReport(text=text, wgmma_serialized=tuple(sorted(set(_WGMMA_SERIALIZED.findall(text)))), **values)
 
 
-def compile_cubin(spec: KernelSpec, source: Path, cubin: Path, nvcc: str) -> PtxasReport:
-    """source .cu -> cubin for sm_90a; raises CompileError with nvcc's message on failure."""
-    cmd = [nvcc, *flags(spec), *include_flags(spec), "-o", str(cubin), str(source)]
+def compile_cubin(spec: KernelSpec, source: Path, cubin: Path, nvcc: str,
+                  extra_flags: Sequence[str] = ()) -> PtxasReport:
+    """source .cu -> cubin for sm_90a; raises CompileError with nvcc's message on failure.
+
+    extra_flags go before the include paths (an -I there wins over the package's headers): the profiling scripts'
+    diagnostic builds (-D macros, another commit's header tree). The JIT cache never passes any."""
+    cmd = [nvcc, *flags(spec), *extra_flags, *include_flags(spec), "-o", str(cubin), str(source)]
     if env.flag("VERBOSE"):
         print("[trace_kernels] " + " ".join(cmd), flush=True)
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
