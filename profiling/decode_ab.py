@@ -29,18 +29,11 @@ from trace_kernels.testing.provenance import git_commit, utc_now
 
 
 def build_arm(spec, include_dir: str, macros: list[str], workdir: Path) -> runtime.CudaKernel:
-    source = workdir / f"{spec.name}.cu"
-    source.write_text(spec.render())
-    cubin = workdir / f"{spec.name}.cubin"
     # the arm's folder first: every "trace_kernels/..." include resolves there
-    report = compiler.compile_cubin(spec, source, cubin, compiler.find_nvcc(),
-                                    [f"-I{Path(include_dir).resolve()}", *(f"-D{m}" for m in macros)])
+    cubin, report = compiler.compile_spec(spec, workdir, [f"-I{Path(include_dir).resolve()}",
+                                                          *(f"-D{m}" for m in macros)])
     print(f"  {include_dir} {macros}: {report.registers} registers, spills {report.spill_stores}/{report.spill_loads}")
     return runtime.CudaKernel(spec.name, cubin.read_bytes())
-
-
-def use(spec, kernel: runtime.CudaKernel) -> None:
-    runtime._kernels[spec.name] = kernel  # decode_attention launches this build from now on (this process)
 
 
 def bitwise_cases(generator: torch.Generator) -> list[dict]:
@@ -82,7 +75,7 @@ def main() -> None:
     outputs: dict[str, list[torch.Tensor]] = {}
     errors: dict[str, list[float]] = {}
     for name, kernel in arms.items():
-        use(spec, kernel)
+        runtime.install_kernel(kernel)
         outputs[name] = [decode(c["data"], variant, c["splits"]) for c in cases]
         errors[name] = []
         for c, out in zip(cases, outputs[name]):
@@ -103,7 +96,7 @@ def main() -> None:
     order = list(arms)
     for rnd in range(args.rounds):
         for name in order:
-            use(spec, arms[name])
+            runtime.install_kernel(arms[name])
             for batch, length in bench.CASES:
                 for splits in [None, *(int(x) for x in args.split_counts.split(",") if x)]:
                     r = bench.bench_paged("nvfp4", batch, length, l2, variant=variant, num_splits=splits)

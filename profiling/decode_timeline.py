@@ -6,13 +6,14 @@ Builds the decode kernel (default: the default variant, issue 5's shape Hq 32 / 
 with TRACE_KERNELS_DECODE_TIMELINE defined (cuda/include/trace_kernels/decode_timeline.cuh): thread 0 of every CTA then
 records %globaltimer and clock64 at seven points (0 entry, 1 after split_range's wait for the previous kernel and its
 read of the length, 2 q ready and the first copies issued, 3 the first tile landed, 4 the tile loop done, 6 the warps'
-partial results in shared memory, 5 the split output stored); the split combine's CTAs record their entry (0), the end of their wait for the decode grid (1) and their end (5). The script puts both builds in place of the
-normal ones for this process, captures bench_attention's CUDA graph (every cache set, back to back, as the benchmark
-times it), replays it, and reads the last launch's stamps. Per case it reports the replay's median time per call
-beside the decode grid's span and where each CTA spent its part: the spread of CTA starts, the wait, q, the first
-tile's latency, the tile loop (per tile), the merge (its shared-memory buffer, then the outputs), and how long the grid's last CTA ran after the others;
-then when the combine's CTAs started, got past their wait and ended (same clock). The last sample's raw stamps are kept
-(decode: per CTA the seven times in ns from the grid's first entry, its SM and its tile count).
+partial results in shared memory, 5 the split output stored); the split combine's CTAs record their entry (0), the end
+of their wait for the decode grid (1) and their end (5). Both builds replace the normal ones in this process
+(runtime.install_kernel); the script captures bench_attention's CUDA graph (every cache set, back to back, as the
+benchmark times it), replays it and reads the last launch's stamps. Per case it reports the replay's median time per
+call beside the decode grid's span and where each CTA spent its part: the spread of CTA starts, the wait, q, the first
+tile's latency, the tile loop (per tile), the merge (its shared-memory buffer, then the outputs), the spread of CTA
+ends; then when the combine's CTAs started, got past their wait and ended (same clock). The last sample's raw stamps
+are kept (decode: per CTA the seven times in ns from the grid's first entry, its SM and its tile count).
 """
 
 from __future__ import annotations
@@ -35,43 +36,37 @@ from trace_kernels.runtime.driver import check, driver
 from trace_kernels.testing.bench import time_graph, variants_for
 from trace_kernels.testing.provenance import git_commit, utc_now
 
-SYMBOL = b"trace_kernels_decode_timeline"
+SYMBOL = "trace_kernels_decode_timeline"  # decode_timeline.cuh
 SLOTS = 16  # decode_timeline.cuh: kSlots
 POINTS = ("entry", "waited", "q_ready", "first_tile", "loop_done", "stored", "merge_buffer")  # slots 0-6
 
 
 def compile_with_stamps(spec, workdir: Path, stamps: bool = True) -> Path:
     """spec's cubin compiled by nvcc with the timeline stamps (or without, for comparison); raises CompileError."""
-    source = workdir / f"{spec.name}.cu"
-    source.write_text(spec.render())
-    cubin = workdir / f"{spec.name}{'_stamps' if stamps else ''}.cubin"
-    report = compiler.compile_cubin(spec, source, cubin, compiler.find_nvcc(),
-                                    ["-DTRACE_KERNELS_DECODE_TIMELINE"] if stamps else [])
+    cubin, report = compiler.compile_spec(spec, workdir, ["-DTRACE_KERNELS_DECODE_TIMELINE"] if stamps else [],
+                                          suffix="_stamps" if stamps else "")
     print(f"timeline build of {spec.name}: {report.registers} registers")
     return cubin
 
 
 def build_timeline_kernel(spec, workdir: Path) -> runtime.CudaKernel:
-    """The kernel of `spec` compiled with the timeline stamps, loaded under its normal name."""
+    """The kernel of `spec` compiled with the timeline stamps, launched in its place from now on (this process)."""
     kernel = runtime.CudaKernel(spec.name, compile_with_stamps(spec, workdir))
-    runtime._kernels[spec.name] = kernel  # decode_attention now launches this build (this process only)
-    kernel.function(0)
+    runtime.install_kernel(kernel)
     return kernel
 
 
 def read_stamps(kernel: runtime.CudaKernel, ctas: int) -> list[list[int]]:
-    cu = driver()
-    dptr, size = check(cu.cuModuleGetGlobal(kernel._modules[0], SYMBOL), "cuModuleGetGlobal", kernel.name)
+    dptr, size = kernel.global_symbol(0, SYMBOL)
     words = min(size // 8, ctas * SLOTS)
     host = (ctypes.c_uint64 * words)()
-    check(cu.cuMemcpyDtoH(ctypes.addressof(host), dptr, words * 8), "cuMemcpyDtoH", kernel.name)
+    check(driver().cuMemcpyDtoH(ctypes.addressof(host), dptr, words * 8), "cuMemcpyDtoH", kernel.name)
     return [list(host[i * SLOTS:(i + 1) * SLOTS]) for i in range(words // SLOTS)]
 
 
 def clear_stamps(kernel: runtime.CudaKernel) -> None:
-    cu = driver()
-    dptr, size = check(cu.cuModuleGetGlobal(kernel._modules[0], SYMBOL), "cuModuleGetGlobal", kernel.name)
-    check(cu.cuMemsetD8(dptr, 0, size), "cuMemsetD8", kernel.name)
+    dptr, size = kernel.global_symbol(0, SYMBOL)
+    check(driver().cuMemsetD8(dptr, 0, size), "cuMemsetD8", kernel.name)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -107,8 +102,8 @@ def summarize(rows: list[list[int]]) -> dict:
         "merge_store_us": us(statistics.median(r[5] - r[4] for r in t)),
         "merge_buffer_us": us(statistics.median(r[6] - r[4] for r in t)),  # column sums, partials to shared memory
         "merge_outputs_us": us(statistics.median(r[5] - r[6] for r in t)),  # the per-element merge and its stores
-        "end_us": {"min": us(min(ends)), "p10": us(pct(ends, 0.1)), "p50": us(pct(ends, 0.5)), "p90": us(pct(ends, 0.9)),
-                   "max": us(max(ends))},
+        "end_us": {"min": us(min(ends)), "p10": us(pct(ends, 0.1)), "p50": us(pct(ends, 0.5)),
+                   "p90": us(pct(ends, 0.9)), "max": us(max(ends))},
         "cta_life_us": {"p10": us(pct([r[5] - r[0] for r in t], 0.1)), "p50": us(pct([r[5] - r[0] for r in t], 0.5)),
                         "max": us(max(r[5] - r[0] for r in t))},
         "timer_step_ns": nonzero_steps[0] if nonzero_steps else None,
@@ -124,7 +119,8 @@ def combine_summary(rows: list[list[int]], t0: int) -> dict:
             "end_us": us(max(r[5] for r in rows))}
 
 
-def run_case(kernel: runtime.CudaKernel, combine: runtime.CudaKernel, batch: int, length: int, variant: str, l2: int, samples: int) -> dict:
+def run_case(kernel: runtime.CudaKernel, combine: runtime.CudaKernel, batch: int, length: int, variant: str, l2: int,
+             samples: int) -> dict:
     per_set = 2 * batch * length * bench.HKV * bench.token_head_bytes("nvfp4")
     sets = variants_for(per_set, l2, 4)
     g = torch.Generator().manual_seed(batch * 7 + length)
@@ -178,12 +174,15 @@ def main() -> None:
             batch, length = (int(x) for x in case.split("x"))
             r = run_case(kernel, combine, batch, length, variant, l2, args.samples)
             m, c = r["median_of_samples"], r["samples"][-1]["combine"]
-            print(f"{batch:3d} x {length:6d}: {r['ms_per_call'] * 1e3:7.1f} us per call, grid span {m['span_us']:6.1f}, "
-                  f"{r['ctas']} CTAs, {m['tiles_per_cta']:.0f} tiles each | wait {m['wait_us']:.2f} q {m['q_us']:.2f} "
-                  f"first tile {m['first_tile_after_wait_us']:.2f} loop {m['loop_us']:.1f} ({m['per_tile_us']:.2f}/tile) "
-                  f"merge+store {m['merge_store_us']:.2f} (buffer {m['merge_buffer_us']:.2f}) | ends p10 {r['samples'][-1]['end_us']['p10']:.1f} "
-                  f"p50 {r['samples'][-1]['end_us']['p50']:.1f} | combine entry {c['first_entry_us']:.1f} "
-                  f"past wait {c['first_past_wait_us']:.1f}-{c['last_past_wait_us']:.1f} end {c['end_us']:.1f}", flush=True)
+            last = r["samples"][-1]
+            print(f"{batch:3d} x {length:6d}: {r['ms_per_call'] * 1e3:7.1f} us per call, "
+                  f"grid span {m['span_us']:6.1f}, {r['ctas']} CTAs, {m['tiles_per_cta']:.0f} tiles each "
+                  f"| wait {m['wait_us']:.2f} q {m['q_us']:.2f} first tile {m['first_tile_after_wait_us']:.2f} "
+                  f"loop {m['loop_us']:.1f} ({m['per_tile_us']:.2f}/tile) merge+store {m['merge_store_us']:.2f} "
+                  f"(buffer {m['merge_buffer_us']:.2f}) | ends p10 {last['end_us']['p10']:.1f} "
+                  f"p50 {last['end_us']['p50']:.1f} | combine entry {c['first_entry_us']:.1f} "
+                  f"past wait {c['first_past_wait_us']:.1f}-{c['last_past_wait_us']:.1f} end {c['end_us']:.1f}",
+                  flush=True)
             results.append(r)
     out = {"gpu": torch.cuda.get_device_name(0), "date": utc_now(), "commit": git_commit(), "variant": variant,
            "shape": {"hq": bench.HQ, "hkv": bench.HKV, "d": bench.D, "page": bench.P},
@@ -192,8 +191,8 @@ def main() -> None:
            "points": POINTS, "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     # arrays of numbers on one line each: the raw CTA rows would otherwise take a line per number
-    text = re.sub(r"\[\s*([-0-9.eE+,\s]+?)\s*\]", lambda m: "[" + ",".join(x.strip() for x in m.group(1).split(",")) + "]",
-                  json.dumps(out, indent=1))
+    text = re.sub(r"\[\s*([-0-9.eE+,\s]+?)\s*\]",
+                  lambda m: "[" + ",".join(x.strip() for x in m.group(1).split(",")) + "]", json.dumps(out, indent=1))
     Path(args.out).write_text(text + "\n")
     print("wrote", args.out)
 

@@ -54,5 +54,5 @@ def test_stamps_are_compiled_in_only_with_the_macro(tmp_path):
     spec = codegen.combine_spec(64)  # small: seconds to compile, and it carries the same hooks as the decode kernels
     with_stamps = decode_timeline.compile_with_stamps(spec, tmp_path, stamps=True).read_bytes()
     without = decode_timeline.compile_with_stamps(spec, tmp_path, stamps=False).read_bytes()
-    assert decode_timeline.SYMBOL in with_stamps
-    assert decode_timeline.SYMBOL not in without
+    assert decode_timeline.SYMBOL.encode() in with_stamps
+    assert decode_timeline.SYMBOL.encode() not in without

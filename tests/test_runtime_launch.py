@@ -113,3 +113,18 @@ def test_refit_kernel_arguments_follow_the_template(monkeypatch):
     args = refit_ops._kernel_args(0, w, *out, 5, 1)
     values = [value for _, value in args]
     assert values == [w.data_ptr(), *(t.data_ptr() for t in out), 3, 8 * 32, 32, 5, 1, status.data_ptr()]
+
+
+def test_an_installed_kernel_is_what_kernel_for_returns(monkeypatch):
+    """The profiling scripts' instrumented builds replace a spec's kernel in the process without touching the cache."""
+    from trace_kernels import runtime
+    from trace_kernels.codegen.ops import decode_attention as codegen
+    spec = codegen.combine_spec(64)
+    monkeypatch.setattr(runtime, "_kernels", {})
+    monkeypatch.setattr("trace_kernels.jit.cubin_for", lambda s: pytest.fail(f"built {s.name} from the cache"))
+    build = CudaKernel(spec.name, b"an instrumented cubin")
+    runtime.install_kernel(build)
+    assert runtime.kernel_for(spec) is build
+    other = CudaKernel(spec.name, b"another build")
+    runtime.install_kernel(other)
+    assert runtime.kernel_for(spec) is other

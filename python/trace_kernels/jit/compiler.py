@@ -91,6 +91,19 @@ def parse_ptxas(text: str) -> PtxasReport:
     return PtxasReport(text=text, wgmma_serialized=tuple(sorted(set(_WGMMA_SERIALIZED.findall(text)))), **values)
 
 
+def compile_spec(spec: KernelSpec, folder: Path, extra_flags: Sequence[str] = (),
+                 suffix: str = "") -> tuple[Path, PtxasReport]:
+    """spec rendered into folder/NAME.cu and compiled to folder/NAME{suffix}.cubin outside the cache (compile_cubin's
+    extra_flags): the profiling scripts' diagnostic builds."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise CompileError(f"{spec.name}: no nvcc (set TRACE_KERNELS_NVCC or put nvcc on PATH)")
+    source = folder / f"{spec.name}.cu"
+    source.write_text(spec.render())
+    cubin = folder / f"{spec.name}{suffix}.cubin"
+    return cubin, compile_cubin(spec, source, cubin, nvcc, extra_flags)
+
+
 def compile_cubin(spec: KernelSpec, source: Path, cubin: Path, nvcc: str,
                   extra_flags: Sequence[str] = ()) -> PtxasReport:
     """source .cu -> cubin for sm_90a; raises CompileError with nvcc's message on failure.

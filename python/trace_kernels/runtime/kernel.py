@@ -69,6 +69,12 @@ class CudaKernel:
                 self._functions[device_index] = fn
             return self._functions[device_index]
 
+    def global_symbol(self, device_index: int, symbol: str) -> tuple[object, int]:
+        """(device address, bytes) of the module's __device__ variable `symbol` (extern "C" name) on device_index."""
+        self.function(device_index)  # loads the module
+        return check(driver().cuModuleGetGlobal(self._modules[device_index], symbol.encode()), "cuModuleGetGlobal",
+                     self.name)
+
     def allow_dynamic_smem(self, device_index: int, smem: int) -> None:
         """Raise the kernel's dynamic shared-memory limit to smem (once per device and size); call before an
         occupancy query or launch that uses smem. The default limit is 48 KB minus the kernel's static shared
