@@ -100,18 +100,12 @@ def bench_paged(fmt: str, batch: int, length: int, l2: int, max_sets: int = 4, v
 
 def launch_geometry(fmt: str, batch: int, length: int, variant: str, num_splits: int | None = None) -> dict:
     """The launch decode_attention planned for this case: CTAs per SM (occupancy query), splits, grid."""
-    from trace_kernels.codegen.ops import decode_attention as codegen
-    from trace_kernels.runtime import kernel_for, multiprocessor_count
-    spec = codegen.spec(fmt, HQ, HKV, D, P, variant)
-    kernel, smem = kernel_for(spec), spec.launch.get("smem", 0)
-    kernel.allow_dynamic_smem(0, smem)
-    resident = attention._resident_ctas(kernel, spec.name, 0, spec.launch["threads"], smem)
-    ctas_per_split = spec.launch["ctas_per_split"]
-    splits, per_split = attention.plan_splits(batch, ctas_per_split, -(-length // P) * P, spec.launch["tile_tokens"],
-                                              resident, num_splits)
+    spec, _, plan, resident, sms = attention.decode_launch_plan(fmt, batch, HQ, HKV, D, P, -(-length // P), 0, variant,
+                                                                num_splits)
     return {"kernel": spec.name, "threads": spec.launch["threads"], "stages": spec.launch["stages"],
-            "ctas_per_sm": resident // multiprocessor_count(0), "splits": splits, "tiles_per_split": per_split,
-            "ctas": batch * ctas_per_split * splits}
+            "ctas_per_sm": resident // sms, "splits": plan.splits, "tiles_per_split": plan.tiles_per_split,
+            "long_splits": plan.long_splits, "short_tiles": plan.short_tiles,
+            "ctas": batch * spec.launch["ctas_per_split"] * plan.splits}
 
 
 def ncu_case(batch: int, length: int, variant: str, calls: int = 3) -> None:

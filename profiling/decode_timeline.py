@@ -88,6 +88,11 @@ def summarize(rows: list[list[int]]) -> dict:
     for r in rows:
         ctas_per_sm[r[7]] = ctas_per_sm.get(r[7], 0) + 1
     nonzero_steps = sorted({b - a for a, b in zip(sorted(starts), sorted(starts)[1:]) if b > a})
+    by_sm: dict[int, list[int]] = {}  # rows are in the grid's linear order: the first of a pair was placed first
+    for i, r in enumerate(rows):
+        by_sm.setdefault(r[7], []).append(i)
+    pairs = [(t[i][5], t[j][5]) for i, j in (v for v in by_sm.values() if len(v) == 2)]
+    sm_ends = [max(t[i][5] for i in v) - t0 for v in by_sm.values()]
     return {
         "ctas": len(rows), "sms_used": len(ctas_per_sm), "max_ctas_per_sm": max(ctas_per_sm.values()),
         "tiles_per_cta": statistics.median(tiles),
@@ -107,6 +112,10 @@ def summarize(rows: list[list[int]]) -> dict:
         "cta_life_us": {"p10": us(pct([r[5] - r[0] for r in t], 0.1)), "p50": us(pct([r[5] - r[0] for r in t], 0.5)),
                         "max": us(max(r[5] - r[0] for r in t))},
         "timer_step_ns": nonzero_steps[0] if nonzero_steps else None,
+        # SMs running two CTAs: how often the one placed first ends first, by how much; when the SMs end
+        "pairs": len(pairs), "pairs_first_placed_ends_first": sum(a < b for a, b in pairs),
+        "pair_end_gap_us": us(statistics.median(b - a for a, b in pairs)) if pairs else None,
+        "sm_end_us": {"min": us(min(sm_ends)), "p50": us(pct(sm_ends, 0.5)), "max": us(max(sm_ends))},
     }
 
 
@@ -163,7 +172,10 @@ def main() -> None:
     parser.add_argument("--variant", default=None, help="NVFP4 decode variant (default: attention.default_variant)")
     parser.add_argument("--cases", default="8x8192,8x32768,4x131072,32x32768", help="BxL,...")
     parser.add_argument("--samples", type=int, default=5, help="graph replays whose last launch is read")
+    parser.add_argument("--first-cta-rate", type=float, default=attention.FIRST_CTA_RATE,
+                        help="attention.FIRST_CTA_RATE for the launches (above 1: the uneven split plan)")
     args = parser.parse_args()
+    attention.FIRST_CTA_RATE = args.first_cta_rate
     variant = args.variant or attention.default_variant("nvfp4", bench.HQ, bench.HKV, bench.D, bench.P)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,7 +192,8 @@ def main() -> None:
                   f"| wait {m['wait_us']:.2f} q {m['q_us']:.2f} first tile {m['first_tile_after_wait_us']:.2f} "
                   f"loop {m['loop_us']:.1f} ({m['per_tile_us']:.2f}/tile) merge+store {m['merge_store_us']:.2f} "
                   f"(buffer {m['merge_buffer_us']:.2f}) | ends p10 {last['end_us']['p10']:.1f} "
-                  f"p50 {last['end_us']['p50']:.1f} | combine entry {c['first_entry_us']:.1f} "
+                  f"p50 {last['end_us']['p50']:.1f} | pairs {last['pairs_first_placed_ends_first']}/{last['pairs']} "
+                  f"first-placed first, gap {last['pair_end_gap_us'] or 0:.1f} | combine entry {c['first_entry_us']:.1f} "
                   f"past wait {c['first_past_wait_us']:.1f}-{c['last_past_wait_us']:.1f} end {c['end_us']:.1f}",
                   flush=True)
             results.append(r)

@@ -4,8 +4,8 @@
 #   2. decode_ab.py: the default NVFP4 decode kernel (mma4l) built from BASE's headers (the previous commit) and from
 #      this tree's, outputs compared bit for bit on random cases (split counts 1 to the planner's), then ROUNDS rounds
 #      of the four decode cases at the planner's split count and at SPLITS
-#   3. decode_timeline.py on this tree (per-CTA stamps, the combine's too); one round of each of VARIANTS (other mma4l
-#      configurations, this tree) at the planner's split count
+#   3. decode_timeline.py on this tree (per-CTA stamps, the combine's too) at each attention.FIRST_CTA_RATE of
+#      TIMELINE_RATES; one round of each of VARIANTS (other mma4l configurations, this tree) at the planner's split count
 #   4. the KV GPU tests; compute-sanitizer memcheck and racecheck on mma4l's split, graph and past-the-end tests
 #   5. the RL layer's GPU tests (RL=0 skips them)
 # The session ran it three times on three trees (docs/kv_cache.md, "A decode CTA's start and end"): call 2 (steps 1-4,
@@ -13,6 +13,9 @@
 # copies' page-table reads issued beside the length's and a swizzled merge buffer (both measured, then reverted), call 4
 # (SPLITS="" VARIANTS="") with four outputs per thread in the merge, call 5 (also EXTRA_ARMS="w4=.ab_w4/cuda/include", a
 # copy of call 4's headers) with eight.
+# Next (written in the twenty-sixth session, no device lent): the uneven split plan against the even one,
+#   SPLITS="" VARIANTS="" EXTRA_ARMS="u11=cuda/include@1.1 u12=cuda/include@1.2" TIMELINE_RATES="1.0 1.2", with
+#   .ab_base the headers of 3020219 (before the plan): base vs new is then the even plan's cost of decode_cta
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh
 #   -> $OUT/decode_ends.tar
 set -uo pipefail
@@ -42,8 +45,11 @@ timeout 200 python3 profiling/decode_ab.py --arm "base=$BASE/cuda/include" --arm
 echo "decode A/B exit $? (${SECONDS}s)"; grep -E "registers|bitwise|reference|differ|Error" "$DIR/decode_ab.log"
 grep -E "^round" "$DIR/decode_ab.log" | awk '{print $2, $3, $4 "x" $6, $7, $11, $13}' | tr '\n' ';'; echo
 
-timeout 100 python3 profiling/decode_timeline.py --out "$DIR/timeline.json" > "$DIR/timeline.log" 2>&1
-echo "timeline exit $? (${SECONDS}s)"; grep -E " x |Error|error" "$DIR/timeline.log" | cut -c1-330
+for rate in ${TIMELINE_RATES:-1.0}; do
+  timeout 100 python3 profiling/decode_timeline.py --first-cta-rate "$rate" --out "$DIR/timeline_$rate.json" \
+    > "$DIR/timeline_$rate.log" 2>&1
+  echo "timeline (rate $rate) exit $? (${SECONDS}s)"; grep -E " x |Error|error" "$DIR/timeline_$rate.log" | cut -c1-400
+done
 
 for variant in ${VARIANTS-mma4l_w4s2 mma4l_w1s2}; do
   [ "$(left)" -gt 330 ] || { echo "variant $variant skipped: $(left)s left"; continue; }

@@ -332,14 +332,6 @@ def test_append_ops_trace_with_fake_tensors():
     assert set(result.values()) == {"SUCCESS"}
 
 
-@pytest.mark.parametrize("batch,tokens", [(1, 1), (1, 100), (8, 8192), (4, 131072), (32, 32768), (251, 131072)])
-def test_split_plan_covers_every_tile(batch, tokens):
-    splits, per_split = attention.plan_splits(batch, 4, tokens, 64, 396)
-    tiles = -(-tokens // 64)
-    assert 1 <= splits <= tiles and (splits - 1) * per_split < tiles <= splits * per_split
-    assert attention.plan_splits(batch, 4, tokens, 64, 396, num_splits=3)[0] == min(3, -(-tiles // -(-tiles // 3)))
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("cache_format", ["nvfp4", "bf16"])
 def test_kv_gather_reference_is_nvfp4_dequantize_per_sequence(cache_format, dtype):

@@ -36,6 +36,8 @@ def test_summary_of_two_sms_with_an_unequal_pair():
     assert s["merge_store_us"] == 3 and s["merge_buffer_us"] == 1 and s["merge_outputs_us"] == 2
     assert s["end_us"]["min"] == 29 and s["end_us"]["max"] == 48
     assert s["timer_step_ns"] == 1000
+    assert s["pairs"] == 1 and s["pairs_first_placed_ends_first"] == 1 and s["pair_end_gap_us"] == 10
+    assert s["sm_end_us"] == {"min": 29, "p50": 39, "max": 48}
 
 
 def test_combine_summary_is_on_the_decode_clock():

@@ -246,6 +246,25 @@ def test_decode_ignores_bytes_past_the_end(variant, lengths, hq, hkv, d, p, num_
     assert ((out - ref).abs() <= bound).all()
 
 
+@pytest.mark.parametrize("cache_format,variant", [("nvfp4", "mma4l"), ("nvfp4", "mma4"), ("nvfp4", "mma2_w2s2"),
+                                                  ("nvfp4", "simt"), ("bf16", "mma")])
+def test_decode_attention_uneven_split_plan(monkeypatch, cache_format, variant):
+    """attention.FIRST_CTA_RATE above 1: splits of two lengths, the grid read split-major (decode_cta). The default
+    kernel (mma4l, two CTAs per SM) must really get an uneven plan here; the others run what their occupancy gives."""
+    monkeypatch.setattr(attention, "FIRST_CTA_RATE", 1.2)
+    lengths = [16384, 9000, 16000, 1, 12345, 16384, 700, 15000]  # 8 x 16K positions: one wave of pairs on the H200
+    case, k_dev, v_dev = _decode_case(cache_format, lengths, 32, 4, 128, 16)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    launch = attention.decode_launch_plan(cache_format, 8, 32, 4, 128, 16, table.shape[1], 0, variant)
+    if variant == "mma4l":
+        assert launch.plan.uneven, launch
+    out = attention.decode_attention(q, k_dev, v_dev, table, lens, variant=variant).float()
+    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
+    assert torch.isfinite(out).all()
+    bound = ref.abs() * 2**-7 + 2e-3 * (4 if cache_format == "bf16" else 1) * ref.abs().amax(dim=-1, keepdim=True)
+    assert ((out - ref).abs() <= bound).all(), launch.plan
+
+
 @pytest.mark.parametrize("variant", [None, "mma4"])
 def test_decode_attention_cuda_graph(variant):
     case, k_dev, v_dev = _decode_case("nvfp4", [100, 900], 32, 4, 128, 16)

@@ -98,9 +98,41 @@ struct DecodeParams {
   float* o_part;               // [B, Hq, S, D] (several splits)
   float* lse_part;             // [B, Hq, S]
   int max_pages;
-  int tiles_per_split;
+  int tiles_per_split;         // splits [0, long_splits): tiles of TT tokens each
   float scale_log2;            // softmax scale * log2(e)
+  int long_splits;             // == S: even plan; < S: uneven (attention.plan_splits), grid order split-major
+  int short_tiles;             // tiles of splits [long_splits, S)
 };
+
+// The (split, sequence) a CTA of grid (CTAs per split, S, B) works on. An even plan keeps the grid's own
+// order. An uneven plan reads it split-major: the hardware places the first CTAs of the grid one per SM
+// and those run faster than the ones placed beside them (docs/kv_cache.md), so its long splits go first.
+struct DecodeCta {
+  int split;
+  int b;
+};
+
+__host__ __device__ __forceinline__ DecodeCta decode_cta(const DecodeParams& p, int y, int z, int splits,
+                                                         int batch) {
+  if (p.long_splits >= splits) return {y, z};
+  const int linear = y + splits * z;
+  return {linear / batch, linear % batch};
+}
+
+__device__ __forceinline__ DecodeCta decode_cta(const DecodeParams& p) {
+  return decode_cta(p, blockIdx.y, blockIdx.z, gridDim.y, gridDim.z);
+}
+
+// The first tile and the tile count of a split under the plan in p.
+struct SplitTiles {
+  int first;
+  int count;
+};
+
+__host__ __device__ __forceinline__ SplitTiles split_tiles(const DecodeParams& p, int split) {
+  if (split < p.long_splits) return {split * p.tiles_per_split, p.tiles_per_split};
+  return {p.long_splits * p.tiles_per_split + (split - p.long_splits) * p.short_tiles, p.short_tiles};
+}
 
 namespace detail {
 
@@ -240,9 +272,10 @@ __device__ __forceinline__ SplitRange split_range(const DecodeParams& p, int b, 
   constexpr int TT = Cfg::TT;
   pdl::wait_for_prerequisite_grid();
   const int length = min(p.lengths[b], p.max_pages * Cfg::P);  // never index past the block table
+  const SplitTiles tiles = split_tiles(p, split);
   SplitRange r;
-  r.pos_begin = split * p.tiles_per_split * TT;
-  r.pos_end = min(length, r.pos_begin + p.tiles_per_split * TT);
+  r.pos_begin = tiles.first * TT;
+  r.pos_end = min(length, r.pos_begin + tiles.count * TT);
   r.num_tiles = r.pos_end > r.pos_begin ? (r.pos_end - r.pos_begin + TT - 1) / TT : 0;
   return r;
 }
@@ -315,9 +348,10 @@ __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
 
   const int kv_head = blockIdx.x / Cfg::kHeadGroups;
   const int head0 = kv_head * Cfg::GROUP + (blockIdx.x % Cfg::kHeadGroups) * G;  // first q head
-  const int split = blockIdx.y;
+  const DecodeCta cta = decode_cta(p);
+  const int split = cta.split;
   const int num_splits = gridDim.y;
-  const int b = blockIdx.z;
+  const int b = cta.b;
   const int hq = Cfg::HKV * Cfg::GROUP;
   const int lane = threadIdx.x % L;        // d chunk: elements 8 lane .. 8 lane + 7
   const int token_group = threadIdx.x / L;

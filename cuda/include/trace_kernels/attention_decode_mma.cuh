@@ -107,9 +107,10 @@ __device__ __forceinline__ void decode_attention_mma(const DecodeParams& p) {
 
   const int kv_head = blockIdx.x / Cfg::kHeadGroups;
   const int head0 = kv_head * Cfg::GROUP + (blockIdx.x % Cfg::kHeadGroups) * G;
-  const int split = blockIdx.y;
+  const DecodeCta cta = decode_cta(p);
+  const int split = cta.split;
   const int num_splits = gridDim.y;
-  const int b = blockIdx.z;
+  const int b = cta.b;
   const int hq = Cfg::HKV * Cfg::GROUP;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -411,9 +412,10 @@ __device__ __forceinline__ void decode_attention_mma_bf16(const DecodeParams& p)
 
   const int kv_head = blockIdx.x / Cfg::kHeadGroups;
   const int head0 = kv_head * Cfg::GROUP + (blockIdx.x % Cfg::kHeadGroups) * G;
-  const int split = blockIdx.y;
+  const DecodeCta cta = decode_cta(p);
+  const int split = cta.split;
   const int num_splits = gridDim.y;
-  const int b = blockIdx.z;
+  const int b = cta.b;
   const int hq = Cfg::HKV * Cfg::GROUP;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;

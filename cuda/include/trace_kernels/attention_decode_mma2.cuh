@@ -188,9 +188,10 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   const int kv_head = Cfg::kKvHeadsPerCta == 1 ? blockIdx.x / Cfg::kHeadGroups : h_local;
   const int head_group = Cfg::kKvHeadsPerCta == 1 ? blockIdx.x % Cfg::kHeadGroups : blockIdx.x;
   const int head0 = kv_head * Cfg::GROUP + head_group * G;
-  const int split = blockIdx.y;
+  const DecodeCta cta = decode_cta(p);
+  const int split = cta.split;
   const int num_splits = gridDim.y;
-  const int b = blockIdx.z;
+  const int b = cta.b;
   const int hq = Cfg::HKV * Cfg::GROUP;
   const int gid = lane / 4;  // QK: token row / B column (head gid); PV: d rows
   const int tig = lane % 4;  // QK: D quarter; C columns = heads 2 tig, 2 tig + 1
