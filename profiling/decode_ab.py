@@ -9,8 +9,9 @@ attention.FIRST_CTA_RATE while the arm runs, 1.0 by default: only trees with the
 two commits' headers run in one process with the same Python launcher and the same inputs. First every arm decodes the
 same random cases (random lengths, shuffled pages, split counts from 1 to the planner's) and the outputs of every arm at
 rate 1.0 must be equal bit for bit to the first arm's (--allow-different to time arms whose numerics differ; an uneven
-plan moves the split boundaries, so its arms are held to the FP32 reference only: the error is printed for every arm). Then ROUNDS rounds time bench_attention's four cases per arm (CUDA-graph medians), the arm
-order reversed every other round, at the planner's split count and at each of --split-counts.
+plan moves the split boundaries, so its arms are held to the FP32 reference only: the error is printed for every arm).
+Then ROUNDS rounds time bench_attention's four cases per arm (CUDA-graph medians), the arm order reversed every other
+round, at the planner's split count and at each of --split-counts.
 """
 
 from __future__ import annotations

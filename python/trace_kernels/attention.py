@@ -206,19 +206,19 @@ def plan_splits(batch: int, ctas_per_split: int, max_tokens: int, tile_tokens: i
                           first_cta_rate)
 
 
-def first_cta_plan(even: SplitPlan, tiles: int, ctas_per_sequence: int, resident_ctas: int, sms: int,
+def first_cta_plan(even: SplitPlan, tiles: int, split_width: int, resident_ctas: int, sms: int,
                    rate: float) -> SplitPlan:
     """even, or its uneven version when the launch is one wave of two CTAs per SM with more CTAs than SMs.
 
-    The hardware places the first `sms` CTAs of the grid one per SM, then the rest beside them. In split-major
-    order (ctas_per_sequence CTAs per split: batch x CTAs per split) the first sms // ctas_per_sequence splits
-    run wholly on first-placed CTAs: they become the long splits. The tile counts (long, short) minimise the
-    modelled time max(long / rate, short) with long_splits x long + (splits - long_splits) x short >= tiles;
-    ties go to the evener plan.
+    In every launch measured, the hardware placed the first `sms` CTAs of the grid one per SM, then the rest
+    beside them. In split-major order (split_width = batch x CTAs per split CTAs run each split index) the
+    first sms // split_width splits run wholly on first-placed CTAs: they become the long splits. The tile
+    counts (long, short) minimise the modelled time max(long / rate, short) with
+    long_splits x long + (splits - long_splits) x short >= tiles; ties go to the evener plan.
     """
     splits = even.splits
-    ctas = ctas_per_sequence * splits
-    long_splits = sms // ctas_per_sequence if sms > 0 else 0
+    ctas = split_width * splits
+    long_splits = sms // split_width if sms > 0 else 0
     if rate <= 1.0 or resident_ctas != 2 * sms or not sms < ctas <= resident_ctas or not 0 < long_splits < splits:
         return even
     best = (float(even.tiles_per_split), even)
