@@ -15,13 +15,17 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 
 from trace_kernels import kv_cache, nvtx
 from trace_kernels.kv_gather import kv_gather
+
+if TYPE_CHECKING:
+    from trace_kernels.codegen.spec import KernelSpec
+    from trace_kernels.runtime import CudaKernel
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,6 +231,8 @@ def first_cta_plan(even: SplitPlan, tiles: int, split_width: int, resident_ctas:
         cost = max(long / rate, float(short))
         if cost < best[0]:
             best = (cost, SplitPlan(splits, long, long_splits, short))
+        if long / rate >= short:  # the long splits set the time now: shorter short splits only lengthen them
+            break
     return best[1]
 
 
@@ -248,8 +254,8 @@ def residency(kernel, name: str, device: int, threads: int, smem: int = 0) -> tu
 
 
 class DecodeLaunch(NamedTuple):
-    spec: object          # the kernel's KernelSpec (launch geometry in spec.launch)
-    kernel: object        # the loaded CudaKernel
+    spec: KernelSpec      # launch geometry in spec.launch
+    kernel: CudaKernel    # loaded for the device
     plan: SplitPlan
     resident_ctas: int    # SMs x CTAs per SM (occupancy query)
     sms: int
