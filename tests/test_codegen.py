@@ -264,3 +264,14 @@ def test_quantize_v4_row_limit_and_block_size_names(monkeypatch):
     wide = quantize.spec("bf16", 2048)
     assert default.launch["threads"] == quantize.DEFAULT_MIN_CTA and "_cta" not in default.name
     assert wide.launch["threads"] == 256 and wide.name == default.name.replace("_d2048", "_d2048_cta256")
+
+
+def test_shape_kernels_names_the_ops_left_out():
+    shape = shapes.parse_custom("E=8,H=256,I=128,k=2,hq=4,hkv=2,hd=256")
+    specs, unsupported = codegen.shape_kernels(shape)
+    assert list(unsupported) == ["decode_attention"] and "head_dim 256" in unsupported["decode_attention"]
+    assert specs == codegen.specs_for_shape(shape) and not any(s.op == "decode_attention" for s in specs)
+    assert {s.op for s in specs} == set(codegen.all_ops()) - {"decode_attention"}
+    with pytest.raises(codegen.UnsupportedShape, match="head_dim 256"):
+        codegen.shape_kernels(shape, ["decode_attention"])
+    assert codegen.shape_kernels(shapes.preset("tiny")) == (codegen.specs_for_shape(shapes.preset("tiny")), {})

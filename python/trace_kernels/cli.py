@@ -35,9 +35,14 @@ def _shapes(args) -> list[shapes.ModelShape]:
 
 
 def _specs(args) -> list[codegen.KernelSpec]:
+    """The kernels of the chosen shapes and ops; ops that cannot take a shape are named on stderr and left out
+    (an op asked for by --op raises instead)."""
     specs: dict[str, codegen.KernelSpec] = {}
     for shape in _shapes(args):
-        for spec in codegen.specs_for_shape(shape, args.op):
+        shape_specs, unsupported = codegen.shape_kernels(shape, args.op)
+        for why in unsupported.values():
+            print(f"trace-kernels: {shape.name}: skipped {why}", file=sys.stderr)
+        for spec in shape_specs:
             specs.setdefault(spec.name, spec)
     return [specs[k] for k in sorted(specs)]
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trace_kernels.codegen.registry import OpCodegen, all_ops, specs_for_shape
+from trace_kernels.codegen.registry import OpCodegen, UnsupportedShape, all_ops, shape_kernels, specs_for_shape
 from trace_kernels.codegen.render import render_spec, write_if_different
 from trace_kernels.codegen.spec import ARCH, KernelSpec, dtype_name, kernel_name
 
-__all__ = ["ARCH", "KernelSpec", "OpCodegen", "dtype_name", "all_ops", "generate", "kernel_name", "render_spec",
-           "specs_for_shape", "write_if_different"]
+__all__ = ["ARCH", "KernelSpec", "OpCodegen", "UnsupportedShape", "dtype_name", "all_ops", "generate", "kernel_name",
+           "render_spec", "shape_kernels", "specs_for_shape", "write_if_different"]
 
 
 def manifest_entry(spec: KernelSpec, source: str) -> dict:

@@ -15,6 +15,10 @@ from trace_kernels.codegen.spec import KernelSpec
 from trace_kernels.shapes import ModelShape
 
 
+class UnsupportedShape(ValueError):
+    """An op has no kernels for a model shape, e.g. decode attention at head_dim 256; the message says why."""
+
+
 @dataclass(frozen=True)
 class OpCodegen:
     """One op's generator: the kernels a model shape needs (its AOT set for that shape)."""
@@ -45,14 +49,29 @@ def all_ops() -> dict[str, OpCodegen]:
     return found
 
 
-def specs_for_shape(shape: ModelShape, op_names: list[str] | None = None) -> list[KernelSpec]:
-    """Every kernel (deduplicated by name, sorted) the chosen ops need for one shape."""
+def shape_kernels(shape: ModelShape, op_names: list[str] | None = None) -> tuple[list[KernelSpec], dict[str, str]]:
+    """(every kernel the chosen ops need for one shape, deduplicated and sorted by name; {op: why} for the ops that
+    have no kernels for it). Without op_names every op is asked and those that cannot take the shape are left out;
+    an op named in op_names that cannot take it raises its UnsupportedShape."""
     registry = all_ops()
     unknown = sorted(set(op_names or ()) - set(registry))
     if unknown:
         raise ValueError(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(registry)}")
     specs: dict[str, KernelSpec] = {}
+    unsupported: dict[str, str] = {}
     for name in op_names or list(registry):
-        for spec in registry[name].specs_for_shape(shape):
+        try:
+            op_specs = registry[name].specs_for_shape(shape)
+        except UnsupportedShape as why:
+            if op_names:
+                raise
+            unsupported[name] = str(why)
+            continue
+        for spec in op_specs:
             specs.setdefault(spec.name, spec)
-    return [specs[name] for name in sorted(specs)]
+    return [specs[name] for name in sorted(specs)], unsupported
+
+
+def specs_for_shape(shape: ModelShape, op_names: list[str] | None = None) -> list[KernelSpec]:
+    """Every kernel (deduplicated by name, sorted) the chosen ops need for one shape (shape_kernels)."""
+    return shape_kernels(shape, op_names)[0]

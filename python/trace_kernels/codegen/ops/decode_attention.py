@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 
-from trace_kernels.codegen.registry import OpCodegen
+from trace_kernels.codegen.registry import OpCodegen, UnsupportedShape
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
 from trace_kernels.shapes import ModelShape
 
@@ -137,6 +137,18 @@ def mma2_stage_bytes(head_dim: int, tile_tokens: int) -> int:
     return tile_tokens * 2 * (head_dim // 2 + head_dim // 16 + 4)
 
 
+def check_heads(q_heads: int, kv_heads: int, head_dim: int) -> None:
+    """Raise UnsupportedShape (a ValueError) for head counts and sizes no decode kernel takes."""
+    if head_dim not in HEAD_DIMS:
+        raise UnsupportedShape(f"{NAME}: head_dim {head_dim} is not supported (supported: "
+                               f"{', '.join(map(str, HEAD_DIMS))})")
+    if kv_heads <= 0 or q_heads <= 0 or q_heads % kv_heads:
+        raise UnsupportedShape(f"{NAME}: q_heads {q_heads} must be a positive multiple of kv_heads {kv_heads}")
+    group = q_heads // kv_heads
+    if group & (group - 1):
+        raise UnsupportedShape(f"{NAME}: the GQA group q_heads / kv_heads = {group} must be a power of two")
+
+
 def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int,
            variant: str = "simt") -> dict:
     if mma4_config(variant) is not None:
@@ -161,13 +173,8 @@ def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_s
         raise ValueError(f"{NAME}: variant must be one of {VARIANTS}, got {variant!r}")
     if cache_format not in FORMATS:
         raise ValueError(f"{NAME}: cache format must be one of {FORMATS}, got {cache_format!r}")
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"{NAME}: head_dim {head_dim} is not supported (supported: {HEAD_DIMS})")
-    if kv_heads <= 0 or q_heads <= 0 or q_heads % kv_heads:
-        raise ValueError(f"{NAME}: q_heads {q_heads} must be a positive multiple of kv_heads {kv_heads}")
+    check_heads(q_heads, kv_heads, head_dim)
     group = q_heads // kv_heads
-    if group & (group - 1):
-        raise ValueError(f"{NAME}: the GQA group q_heads / kv_heads = {group} must be a power of two")
     if page_size <= 0:
         raise ValueError(f"{NAME}: page size must be positive, got {page_size}")
     if variant in NVFP4_ONLY_VARIANTS and cache_format != "nvfp4":
@@ -243,8 +250,7 @@ def combine_spec(head_dim: int) -> KernelSpec:
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
-    if shape.head_dim not in HEAD_DIMS:
-        return []
+    check_heads(shape.q_heads, shape.kv_heads, shape.head_dim)
     specs = [spec(f, shape.q_heads, shape.kv_heads, shape.head_dim, p) for f in FORMATS for p in PAGE_SIZES]
     specs += [spec(f, shape.q_heads, shape.kv_heads, shape.head_dim, p, "mma") for f in FORMATS for p in PAGE_SIZES]
     specs += [spec("nvfp4", shape.q_heads, shape.kv_heads, shape.head_dim, p, v) for v in MMA2_TEMPLATES
