@@ -157,6 +157,14 @@ def test_shapes_custom_and_hf_config(tmp_path):
     assert from_hf.hidden == 2048 and from_hf.kv_heads == 4 and from_hf.name == "qwen3_moe"
     assert shapes.resolve(str(path)).experts == 128
     assert shapes.resolve("tiny") is shapes.PRESETS["tiny"]
+    # a multimodal config keeps the language model's keys under text_config (Llama 4 style: dense layers' width in
+    # intermediate_size_mlp, the experts' in intermediate_size)
+    llama4 = {"model_type": "llama4", "text_config": {
+        "model_type": "llama4_text", "num_local_experts": 16, "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_experts_per_tok": 1, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128}}
+    path.write_text(json.dumps(llama4))
+    assert shapes.from_hf_config(path) == shapes.ModelShape("llama4_text", 16, 5120, 8192, 1, 40, 8, 128)
 
 
 def test_generate_writes_only_changed_files(tmp_path):
