@@ -56,18 +56,20 @@ def test_generate_custom_shape_and_config(tmp_path, capsys):
 
 
 def test_generate_leaves_out_an_op_that_cannot_take_the_shape(tmp_path, capsys):
-    """A Llama-4-like shape (GQA group 5) has no decode attention kernels: generating every op says so on stderr and
-    renders the others; asking for decode_attention by name is an error."""
-    shape = "E=16,H=512,I=256,k=1,hq=40,hkv=8,hd=128"
+    """head_dim 256 has no decode attention kernels: generating every op says so on stderr and renders the others;
+    asking for decode_attention by name is an error. A GQA group of 5 (Llama 4) renders them all."""
+    shape = "E=16,H=512,I=256,k=1,hq=16,hkv=8,hd=256"
     assert cli.main(["generate", "--shape", shape, "--out", str(tmp_path / "all")]) == 0
     captured = capsys.readouterr()
-    assert "skipped decode_attention: the GQA group q_heads / kv_heads = 5 must be a power of two" in captured.err
+    assert "skipped decode_attention: head_dim 256 is not supported (supported: 64, 128)" in captured.err
     names = {p.stem for p in (tmp_path / "all").glob("*.cu")}
     assert any(n.startswith("moe_gemm_") for n in names) and any(n.startswith("kv_append_") for n in names)
     assert not any(n.startswith("decode_attention") for n in names)
-    assert cli.main(["generate", "--shape", shape, "--op", "decode_attention", "--out", str(tmp_path / "one")]) == 2
-    assert "must be a power of two" in capsys.readouterr().err
+    assert cli.main(["generate", "--shape", shape, "--op", "kv_append", "--op", "decode_attention",
+                     "--out", str(tmp_path / "one")]) == 2
+    assert "head_dim 256 is not supported" in capsys.readouterr().err
     assert not (tmp_path / "one").exists()
-    assert cli.main(["generate", "--shape", "E=16,H=512,I=256,k=1,hq=16,hkv=8,hd=256", "--op", "kv_append",
-                     "--op", "decode_attention", "--out", str(tmp_path / "d256")]) == 2
-    assert "head_dim 256 is not supported (supported: 64, 128)" in capsys.readouterr().err
+    assert cli.main(["generate", "--shape", "E=16,H=512,I=256,k=1,hq=40,hkv=8,hd=128", "--op", "decode_attention",
+                     "--out", str(tmp_path / "gqa5")]) == 0
+    assert "skipped" not in capsys.readouterr().err
+    assert (tmp_path / "gqa5" / "decode_attention_nvfp4_mma4l_hq40_hkv8_d128_p16_sm90a.cu").is_file()

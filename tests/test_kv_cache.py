@@ -47,6 +47,7 @@ DECODE_CASES = [  # lengths, Hq, Hkv, D, P
     ([64, 3, 129], 16, 4, 128, 16),   # GQA 4
     ([300, 1, 65], 32, 4, 128, 64),   # GQA 8
     ([1000, 48], 8, 1, 64, 64),       # GQA 8, long
+    ([90, 5], 10, 2, 128, 16),        # GQA 5 (Llama 4)
 ]
 
 
@@ -213,8 +214,20 @@ def test_kernel_names_and_shapes():
     for variant in ("mma2", "mma3"):
         with pytest.raises(ValueError, match="NVFP4 pages only"):
             decode_attention.spec("bf16", 32, 4, 128, 16, variant)
-    with pytest.raises(ValueError, match="power of two"):
-        decode_attention.spec("nvfp4", 24, 4, 128, 16)
+    # GQA groups that are not powers of two (Llama 4: 5, MiniMax: 6, GLM-4.5: 12): the largest divisor of the group a
+    # CTA takes (a power of two for simt), so every CTA of a kv head computes the same number of q heads
+    for (hq, hkv), expect in {(40, 8): {"simt": 1, "mma": 5, "mma2": 5, "mma4l": 5},
+                              (12, 2): {"simt": 2, "mma": 6, "mma2": 6, "mma4l": 6},
+                              (96, 8): {"simt": 4, "mma": 12, "mma2": 6, "mma4l": 6}}.items():
+        for variant, heads in expect.items():
+            launch = decode_attention.spec("nvfp4", hq, hkv, 128, 16, variant).launch
+            assert (launch["heads_per_cta"], launch["head_groups"]) == (heads, hq // hkv // heads), (hq, hkv, variant)
+        assert decode_attention.spec("bf16", hq, hkv, 128, 16, "simt").launch["heads_per_cta"] == expect["simt"]
+    assert decode_attention.heads_per_cta(7, 8) == 7 and decode_attention.heads_per_cta(7, 8, power_of_two=True) == 1
+    with pytest.raises(ValueError, match="do not divide the group"):
+        decode_attention.spec("nvfp4", 24, 4, 128, 16, "mma2_w2s2h4")  # an explicit 4 heads per CTA in a group of 6
+    with pytest.raises(ValueError, match="multiple of kv_heads"):
+        decode_attention.spec("nvfp4", 24, 5, 128, 16)
     with pytest.raises(ValueError, match="head_dim"):
         decode_attention.spec("nvfp4", 8, 1, 96, 16)
     for preset in shapes.PRESETS.values():
@@ -298,6 +311,8 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16), decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2"),
              decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3"),
              decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4"),
+             decode_attention.spec("nvfp4", 10, 2, 128, 16, "mma4l"),  # GQA 5: 5 of the MMA's 8 columns
+             decode_attention.spec("bf16", 24, 2, 64, 64),  # GQA 12: simt's butterfly over 4 heads, 3 CTAs per kv head
              kv_codegen.spec("nvfp4", 4, 128), gather_codegen.spec("bf16", 4, 128)]
 
     def build(spec):

@@ -98,6 +98,8 @@ DECODE_CASES = [  # lengths, Hq, Hkv, D, P
     ([1000, 48, 2], 8, 1, 64, 64),           # GQA 8, D 64
     ([513, 20], 64, 4, 128, 16),             # GQA 16: two CTAs per kv head
     ([20000, 7, 3333], 32, 4, 128, 16),      # long
+    ([900, 1, 77], 10, 2, 128, 16),          # GQA 5 (Llama 4): 5 MMA columns, simt 5 CTAs of 1 head
+    ([2500, 40], 24, 2, 64, 64),             # GQA 12 (GLM-4.5): mma 12 rows, mma2 / mma4 2 CTAs of 6, simt 3 of 4
 ]
 
 

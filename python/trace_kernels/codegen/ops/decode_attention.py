@@ -144,9 +144,14 @@ def check_heads(q_heads: int, kv_heads: int, head_dim: int) -> None:
                                f"{', '.join(map(str, HEAD_DIMS))})")
     if kv_heads <= 0 or q_heads <= 0 or q_heads % kv_heads:
         raise UnsupportedShape(f"{NAME}: q_heads {q_heads} must be a positive multiple of kv_heads {kv_heads}")
-    group = q_heads // kv_heads
-    if group & (group - 1):
-        raise UnsupportedShape(f"{NAME}: the GQA group q_heads / kv_heads = {group} must be a power of two")
+
+
+def heads_per_cta(group: int, cap: int, power_of_two: bool = False) -> int:
+    """q heads of one kv head that a CTA computes: the largest divisor of the GQA group up to cap, so the group's
+    CTAs share it evenly (a power of two for the simt kernel's butterfly). A group of 5 (Llama 4) gives 5 MMA
+    columns, 12 (GLM-4.5) 6, and the simt kernel 1 and 4."""
+    return max(g for g in range(1, min(group, cap) + 1)
+               if group % g == 0 and (not power_of_two or g & (g - 1) == 0))
 
 
 def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int,
@@ -158,7 +163,7 @@ def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_s
     config = mma2_config(variant)
     if config is not None and variant not in MMA2_TEMPLATES:
         t = tiling(cache_format, q_heads, kv_heads, head_dim, page_size, config["base"])
-        heads = min(config["heads"] or MMA2_MAX_HEADS_PER_CTA, t["group"])
+        heads = min(config["heads"], t["group"]) if config["heads"] else t["heads_per_cta"]
         if t["group"] % heads:
             raise ValueError(f"{NAME}: variant {variant!r}: {heads} heads per CTA do not divide the group {t['group']}")
         tile_tokens = 32 * config["warps"]
@@ -180,16 +185,16 @@ def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_s
     if variant in NVFP4_ONLY_VARIANTS and cache_format != "nvfp4":
         raise ValueError(f"{NAME}: variant {variant!r} reads NVFP4 pages only, got cache format {cache_format!r}")
     if variant in MMA2_TEMPLATES:
-        heads_per_cta = min(group, MMA2_MAX_HEADS_PER_CTA)
+        heads = heads_per_cta(group, MMA2_MAX_HEADS_PER_CTA)
         tile_tokens, stages = 32 * MMA2_WARPS, MMA2_STAGES
     elif variant == "mma":
-        heads_per_cta = min(group, MMA_MAX_HEADS_PER_CTA)
+        heads = heads_per_cta(group, MMA_MAX_HEADS_PER_CTA)
         tile_tokens, stages = (64, 3) if cache_format == "nvfp4" else (32, 3)  # 4 / 2 warps of 16 tokens
     else:
-        heads_per_cta = min(group, MAX_HEADS_PER_CTA, head_dim // 8)
+        heads = heads_per_cta(group, min(MAX_HEADS_PER_CTA, head_dim // 8), power_of_two=True)
         tile_tokens, stages = TILING[cache_format]
-    return {"group": group, "heads_per_cta": heads_per_cta, "head_groups": group // heads_per_cta,
-            "tile_tokens": tile_tokens, "stages": stages}
+    return {"group": group, "heads_per_cta": heads, "head_groups": group // heads, "tile_tokens": tile_tokens,
+            "stages": stages}
 
 
 @functools.lru_cache(maxsize=None)  # memoized: built on every launch
