@@ -283,3 +283,7 @@ def test_shape_kernels_names_the_ops_left_out():
     with pytest.raises(codegen.UnsupportedShape, match="head_dim 256"):
         codegen.shape_kernels(shape, ["decode_attention"])
     assert codegen.shape_kernels(shapes.preset("tiny")) == (codegen.specs_for_shape(shapes.preset("tiny")), {})
+    odd = shapes.parse_custom("E=8,H=1040,I=528,k=2,hq=8,hkv=2,hd=64")  # NVFP4 blocks, but not 64-wide GEMM tiles
+    assert list(codegen.shape_kernels(odd)[1]) == ["moe_gemm"]
+    with pytest.raises(codegen.UnsupportedShape, match=r"hidden \(1040\) and intermediate \(528\) must be multiples"):
+        codegen.specs_for_shape(odd, ["moe_gemm"])

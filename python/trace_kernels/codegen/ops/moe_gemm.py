@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from trace_kernels.codegen.registry import OpCodegen
+from trace_kernels.codegen.registry import OpCodegen, UnsupportedShape
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
 from trace_kernels.shapes import ModelShape
 
@@ -599,6 +599,12 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
 
     profiling/moe_prebuild.py passes every variant to prepare an A/B run.
     """
+    for kind in CALL_KINDS:
+        n, k = gemm_dims(shape, kind)
+        if n % 64 or k % CHUNK_K:  # what gemm_spec checks, said as the shape's terms
+            raise UnsupportedShape(f"moe_gemm: hidden ({shape.hidden}) and intermediate ({shape.intermediate}) must be "
+                                   f"multiples of 64: each is the N of one GEMM (64-row weight tiles) and the K of the "
+                                   f"other ({CHUNK_K}-element K chunks)")
     names = variants or (DEFAULT_VARIANT,)
     specs: dict[str, KernelSpec] = {}  # by name: "auto" reuses the other tables' tiles
     for name in names:
