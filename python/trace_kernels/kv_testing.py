@@ -131,7 +131,8 @@ def kernel_specs() -> list:
     specs = []
     for hq, hkv, d, p in TEST_SHAPES:
         specs += [decode_attention.spec("nvfp4", hq, hkv, d, p), decode_attention.spec("nvfp4", hq, hkv, d, p, "mma"),
-                  decode_attention.spec("nvfp4", hq, hkv, d, p, "mma2"), decode_attention.spec("nvfp4", hq, hkv, d, p, "mma4"),
+                  decode_attention.spec("nvfp4", hq, hkv, d, p, "mma2"), decode_attention.spec("nvfp4", hq, hkv, d, p, "mma3"),
+                  decode_attention.spec("nvfp4", hq, hkv, d, p, "mma4"),
                   decode_attention.spec("nvfp4", hq, hkv, d, p, "mma4l"),
                   decode_attention.spec("bf16", hq, hkv, d, p), decode_attention.spec("bf16", hq, hkv, d, p, "mma")]
     specs += [decode_attention.combine_spec(d) for d in (64, 128)]
