@@ -16,6 +16,7 @@
 # Next (written in the twenty-sixth session, no device lent): the uneven split plan against the even one,
 #   SPLITS="" VARIANTS="" EXTRA_ARMS="u11=cuda/include@1.1 u12=cuda/include@1.2" TIMELINE_RATES="1.0 1.2", with
 #   .ab_base the headers of 3020219 (before the plan): base vs new is then the even plan's cost of decode_cta
+#   Its KV tests also run the GQA 5 and 12 decode cases (twenty-seventh session: any GQA group, not yet run on a GPU).
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh
 #   -> $OUT/decode_ends.tar
 set -uo pipefail
@@ -59,7 +60,7 @@ for variant in ${VARIANTS-mma4l_w4s2 mma4l_w1s2}; do
   grep -E "^round" "$DIR/decode_$variant.log" | awk '{print $4 "x" $6, $7, $11}' | tr '\n' ';'; echo
 done
 
-gpu_tests 150 "$DIR/kv_tests.log" -m gpu tests/gpu/test_kv_kernels.py
+gpu_tests 190 "$DIR/kv_tests.log" -m gpu tests/gpu/test_kv_kernels.py  # 330 tests took 92-105 s; + 53 new
 
 decode_sanitizers "$DIR"
 if [ "${RL:-1}" = 1 ] && [ "$(left)" -gt 80 ]; then
