@@ -165,6 +165,12 @@ def test_shapes_custom_and_hf_config(tmp_path):
         "head_dim": 128}}
     path.write_text(json.dumps(llama4))
     assert shapes.from_hf_config(path) == shapes.ModelShape("llama4_text", 16, 5120, 8192, 1, 40, 8, 128)
+    deepseek = {"model_type": "deepseek_v3", "n_routed_experts": 256, "hidden_size": 7168, "moe_intermediate_size": 2048,
+                "num_experts_per_tok": 8, "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512,
+                "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+    path.write_text(json.dumps(deepseek))
+    with pytest.raises(ValueError, match=r"latent attention .* --shape E=256,H=7168,I=2048,k=8,"):
+        shapes.from_hf_config(path)
 
 
 def test_generate_writes_only_changed_files(tmp_path):

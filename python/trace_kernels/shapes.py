@@ -89,6 +89,13 @@ def from_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     path = Path(path)
     config = json.loads(path.read_text())
     config = config.get("text_config", config)
+    if config.get("kv_lora_rank") is not None:  # DeepSeek-V2/V3, Kimi K2: a latent KV cache, not per-head K and V
+        experts = next((config[k] for k in _HF_KEYS["experts"] if config.get(k) is not None), "E")
+        raise ValueError(f"{path}: multi-head latent attention (kv_lora_rank {config['kv_lora_rank']}) has no per-head "
+                         f"K/V cache for the attention kernels; for the MoE kernels alone give the shape, e.g. "
+                         f"--shape E={experts},H={config.get('hidden_size', 'H')},"
+                         f"I={config.get('moe_intermediate_size', 'I')},k={config.get('num_experts_per_tok', 'k')},"
+                         f"hq=1,hkv=1,hd=128 --op moe_gemm (the heads do not change the MoE kernels)")
     values: dict[str, int] = {}
     for field, keys in _HF_KEYS.items():
         found = next((config[k] for k in keys if k in config and config[k] is not None), None)
