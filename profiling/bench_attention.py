@@ -3,10 +3,10 @@
     python profiling/bench_attention.py --out profiling/results/attention_h200.json
     python profiling/bench_attention.py --decode-only --nvfp4-variants mma,mma2,mma3 --bf16-variants mma  # A/B
 
-Issue 5's matrix: Hq=32, Hkv=4, D=128, P=16, (B, L) in (8, 8K), (8, 32K), (4, 128K), (32, 32K), plus
-a batch at 128K whose NVFP4 cache is --fill-gb GB. Every sequence has length L; pages are a random
-permutation (non-contiguous); page contents are random valid NVFP4 / BF16 bytes (the kernels have no
-value-dependent branches, and quantizing tens of GB first would cost minutes of device time).
+Issue 5's matrix: Hq=32, Hkv=4, D=128, P=16 (--heads HQxHKVxDxP for another shape, e.g. 40x8x128x16), (B, L) in
+(8, 8K), (8, 32K), (4, 128K), (32, 32K), plus a batch at 128K whose NVFP4 cache is --fill-gb GB. Every sequence has
+length L; pages are a random permutation (non-contiguous); page contents are random valid NVFP4 / BF16 bytes (the
+kernels have no value-dependent branches, and quantizing tens of GB first would cost minutes of device time).
 Contenders, in the same run: our NVFP4 and BF16 paged decode, each as the CUDA-core kernel (JSON keys
 "nvfp4", "bf16"), the tensor-core kernel ("nvfp4_mma", "bf16_mma") and, NVFP4 only, the tensor-core
 kernel with tokens as MMA rows ("nvfp4_mma2") and its page-run-loader / lazy-rescale version
@@ -34,18 +34,34 @@ from trace_kernels.kv_append import kv_append
 from trace_kernels.testing.bench import time_eager, time_graph, variants_for
 from trace_kernels.testing.provenance import git_commit, utc_now
 
-HQ, HKV, D, P = 32, 4, 128, 16
+HQ, HKV, D, P = 32, 4, 128, 16  # every case's heads and page size: Issue 5's by default, --heads sets them
+
+
+def set_heads(text: str) -> None:
+    """--heads 'HQxHKVxDxP' (the page size optional): the head shape of every case here, and of the decode tools that
+    import this module (decode_ab.py, decode_timeline.py)."""
+    global HQ, HKV, D, P
+    try:
+        values = [int(x) for x in text.lower().split("x")]
+    except ValueError:
+        values = []
+    if len(values) not in (3, 4) or min(values) <= 0 or values[0] % values[1]:
+        raise ValueError(f"--heads {text!r}: expected HQxHKVxD[xP], positive, HQ a multiple of HKV (e.g. 40x8x128x16)")
+    HQ, HKV, D = values[:3]
+    P = values[3] if len(values) == 4 else P
 CASES = ((8, 8192), (8, 32768), (4, 131072), (32, 32768))
 GB = 1e9
 CARD_BYTES = 141e9
 LAYERS_30B = 48  # Qwen3-30B-A3B layers (Hkv=4, D=128)
 
 
-def token_head_bytes(fmt: str, d: int = D) -> int:
+def token_head_bytes(fmt: str, d: int | None = None) -> int:
+    d = D if d is None else d
     return (d // 2 + d // 16 + 4) if fmt == "nvfp4" else 2 * d
 
 
-def random_pages(fmt: str, num_pages: int, hkv: int = HKV, d: int = D) -> object:
+def random_pages(fmt: str, num_pages: int, hkv: int | None = None, d: int | None = None) -> object:
+    hkv, d = (HKV if hkv is None else hkv), (D if d is None else d)
     if fmt == "nvfp4":
         shape = (num_pages, P, hkv)
         codes = torch.randint(0, 256, (*shape, d // 2), dtype=torch.uint8, device="cuda")
@@ -149,7 +165,8 @@ def append_slot_mapping(slots: str, tokens: int, pages: int) -> torch.Tensor:
 
 
 def bench_append(fmt: str, tokens: int, guidance: bool, l2: int, variant: str | None = None,
-                 slots: str = "random", hkv: int = HKV, d: int = D) -> dict:
+                 slots: str = "random", hkv: int | None = None, d: int | None = None) -> dict:
+    hkv, d = (HKV if hkv is None else hkv), (D if d is None else d)
     pages = -(-tokens // P)
     caches = (random_pages(fmt, pages, hkv, d), random_pages(fmt, pages, hkv, d))
     sets = 2
@@ -192,12 +209,12 @@ APPEND_VARIANTS = ("b1", "b2", "b4", "b2_cta128")  # b2_cta128: the default (kv_
 
 
 def bench_append_variants(l2: int, copy_bw: float, tokens_list=(262144,), variants=APPEND_VARIANTS,
-                          slot_patterns=("random",), heads=((HKV, D),)) -> list[dict]:
+                          slot_patterns=("random",), heads=None) -> list[dict]:
     """kv_append NVFP4 variants (b1, b2 = default, b4: one, two, four blocks per thread; ...; without
     and with guidance) and BF16 pages, at each (kv heads, head_dim), token count and slot pattern
     (APPEND_SLOTS); fraction_of_copy against copy_bw (bytes/s)."""
     rows = []
-    for hkv, d in heads:
+    for hkv, d in heads or ((HKV, D),):
         for slots in slot_patterns:
             for tokens in tokens_list:
                 rows += [bench_append("nvfp4", tokens, g, l2, v, slots, hkv, d) for v in variants for g in (False, True)]
@@ -376,6 +393,10 @@ def build_kernels(jobs: int, nvfp4_variants: list[str] = (), named_only: bool = 
                       v not in decode_attention.MMA2_TEMPLATES) or decode_attention.mma4_config(v)]
     specs += [decode_attention.spec("nvfp4", hq, hkv, d, p, v) for v in configured
               for hq, hkv, d, p in decode_attention.MMA2_SWEEP_TEST_SHAPES]
+    if not named_only and (HQ, HKV, D, P) not in kv_testing.TEST_SHAPES:  # a --heads shape of its own
+        specs += [decode_attention.spec("nvfp4", HQ, HKV, D, P, v) for v in nvfp4_variants]
+        specs += [decode_attention.spec("nvfp4", HQ, HKV, D, P, attention.default_variant("nvfp4", HQ, HKV, D, P)),
+                  decode_attention.spec("bf16", HQ, HKV, D, P, "mma"), decode_attention.combine_spec(D)]
     specs = list({s.name: s for s in specs}.values())
     ok = True
     for spec, entry in zip(specs, jit.build_all(specs, jobs=jobs, keep_going=True)):
@@ -416,9 +437,12 @@ def main() -> None:
     parser.add_argument("--append-slots", default="random",
                         help="comma list of slot patterns for --append-only: random (decode), contiguous (prefill), "
                              "pages (prefill into shuffled pages)")
-    parser.add_argument("--append-heads", default=f"{HKV}x{D}",
-                        help="comma list of KVHEADSxHEAD_DIM for --append-only (e.g. 4x128,8x64: the same elements "
-                             "per token, FP32 row scales of 16 vs 32 bytes per token)")
+    parser.add_argument("--heads", default=f"{HQ}x{HKV}x{D}x{P}", metavar="HQxHKVxDxP",
+                        help="q heads, kv heads, head_dim and page size of every case (default: Issue 5's; e.g. "
+                             "40x8x128x16 for Llama 4's attention)")
+    parser.add_argument("--append-heads", default="",
+                        help="comma list of KVHEADSxHEAD_DIM for --append-only (default: --heads'; e.g. 4x128,8x64: the "
+                             "same elements per token, FP32 row scales of 16 vs 32 bytes per token)")
     parser.add_argument("--append-variants", default=",".join(APPEND_VARIANTS),
                         help="comma list of NVFP4 kv_append variants (kv_append.py: b1, b2, b4, + p, + _cta128, ...)")
     parser.add_argument("--extend-only", action="store_true",
@@ -429,6 +453,11 @@ def main() -> None:
                         help="launch the decode kernels as programmatic dependents (1) or not (0); default: the "
                              "library's (attention.DECODE_PDL)")
     args = parser.parse_args()
+    try:
+        set_heads(args.heads)
+    except ValueError as error:
+        parser.error(str(error))
+    args.append_heads = args.append_heads or f"{HKV}x{D}"
     if args.decode_pdl is not None:
         from trace_kernels import attention
         attention.DECODE_PDL = bool(args.decode_pdl)
@@ -459,7 +488,8 @@ def main() -> None:
                   f"{r['tb_per_s']:.2f} TB/s ({r['fraction_of_copy']:.0%} of copy)")
         save({"gpu": props.name, "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
               "command": f"python profiling/bench_attention.py --append-only --append-variants {args.append_variants} "
-                         f"--append-slots {args.append_slots} --append-heads {args.append_heads} --out {args.out}",
+                         f"--append-slots {args.append_slots} --heads {args.heads} --append-heads {args.append_heads} "
+                         f"--out {args.out}",
               "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
               "kv_append": append, "scatter_writes": scatter}, args.out)
         print_append(append)
@@ -470,7 +500,7 @@ def main() -> None:
             r["fraction_of_copy"] = r["tb_per_s"] * 1e12 / copy_bw
         extend = [bench_extend(*case) for case in EXTEND_CASES]
         save({"gpu": props.name, "date": utc_now(), "commit": git_commit(), "torch": torch.__version__,
-              "command": f"python profiling/bench_attention.py --extend-only --out {args.out}",
+              "command": f"python profiling/bench_attention.py --extend-only --heads {args.heads} --out {args.out}",
               "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
               "kv_gather": gather, "extend": extend}, args.out)
         print_gather(gather, extend)

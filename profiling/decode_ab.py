@@ -3,7 +3,7 @@
     python profiling/decode_ab.py --arm base=.ab_base/cuda/include --arm new=cuda/include \\
         --out profiling/results/attention_decode_ab_h200.json
 
-Each arm is the decode kernel of --variant (issue 5's shape, Hq 32 / Hkv 4 / D 128 / P 16) compiled against its own
+Each arm is the decode kernel of --variant (--heads: issue 5's shape Hq 32 / Hkv 4 / D 128 / P 16 by default) compiled against its own
 header tree (NAME=INCLUDE_DIR[:MACRO,...][@RATE], the folder holding trace_kernels/; macros become -D flags; RATE is
 attention.FIRST_CTA_RATE while the arm runs, 1.0 by default: only trees with the uneven split plan take another), so
 two commits' headers run in one process with the same Python launcher and the same inputs. First every arm decodes the
@@ -62,8 +62,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--split-counts", default="", metavar="S,...", help="also time these split counts")
     parser.add_argument("--allow-different", action="store_true", help="time arms whose outputs differ")
+    parser.add_argument("--heads", default=None, metavar="HQxHKVxDxP", help="head shape (bench_attention.py --heads)")
     parser.add_argument("--out", default="profiling/results/attention_decode_ab_h200.json")
     args = parser.parse_args()
+    if args.heads:
+        bench.set_heads(args.heads)
     variant = args.variant or attention.default_variant("nvfp4", bench.HQ, bench.HKV, bench.D, bench.P)
     spec = codegen.spec("nvfp4", bench.HQ, bench.HKV, bench.D, bench.P, variant)
     arms: dict[str, runtime.CudaKernel] = {}
@@ -126,7 +129,9 @@ def main() -> None:
            "kernel": spec.name, "arms": args.arm, "bitwise_equal_to_first_arm": equal, "reference_errors": errors,
            "command": "python profiling/decode_ab.py " + " ".join(f"--arm {a}" for a in args.arm)
            + f" --rounds {args.rounds}" + (f" --variant {args.variant}" if args.variant else "")
-           + (f" --split-counts {args.split_counts}" if args.split_counts else ""),
+           + (f" --split-counts {args.split_counts}" if args.split_counts else "")
+           + (f" --heads {args.heads}" if args.heads else ""),
+           "shape": {"hq": bench.HQ, "hkv": bench.HKV, "d": bench.D, "page": bench.P},
            "timings": timings}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -174,7 +174,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5, help="graph replays whose last launch is read")
     parser.add_argument("--first-cta-rate", type=float, default=attention.FIRST_CTA_RATE,
                         help="attention.FIRST_CTA_RATE for the launches (above 1: the uneven split plan)")
+    parser.add_argument("--heads", default=None, metavar="HQxHKVxDxP", help="head shape (bench_attention.py --heads)")
     args = parser.parse_args()
+    if args.heads:
+        bench.set_heads(args.heads)
     attention.FIRST_CTA_RATE = args.first_cta_rate
     variant = args.variant or attention.default_variant("nvfp4", bench.HQ, bench.HKV, bench.D, bench.P)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size

@@ -58,3 +58,20 @@ def test_stamps_are_compiled_in_only_with_the_macro(tmp_path):
     without = decode_timeline.compile_with_stamps(spec, tmp_path, stamps=False).read_bytes()
     assert decode_timeline.SYMBOL.encode() in with_stamps
     assert decode_timeline.SYMBOL.encode() not in without
+
+
+def test_bench_attention_heads_option(monkeypatch):
+    """--heads sets the shape every bench_attention case (and decode_ab / decode_timeline) uses; the helpers' defaults
+    follow it at call time."""
+    import bench_attention
+    for name in ("HQ", "HKV", "D", "P"):
+        monkeypatch.setattr(bench_attention, name, getattr(bench_attention, name))  # restored after the test
+    assert (bench_attention.HQ, bench_attention.HKV, bench_attention.D, bench_attention.P) == (32, 4, 128, 16)
+    bench_attention.set_heads("40x8x64")
+    assert (bench_attention.HQ, bench_attention.HKV, bench_attention.D, bench_attention.P) == (40, 8, 64, 16)
+    assert bench_attention.token_head_bytes("nvfp4") == 64 // 2 + 64 // 16 + 4
+    bench_attention.set_heads("10X2x128x64")
+    assert (bench_attention.HQ, bench_attention.HKV, bench_attention.D, bench_attention.P) == (10, 2, 128, 64)
+    for bad in ("40x7x128", "32x4", "32x4x128x16x1", "axbxc", "32x0x128"):
+        with pytest.raises(ValueError, match="--heads"):
+            bench_attention.set_heads(bad)
