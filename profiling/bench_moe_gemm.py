@@ -277,9 +277,17 @@ def print_table(results: list[dict]) -> None:
               + cells)
 
 
+def shape_list(text: str) -> list[str]:
+    """--shapes: presets or config.json paths separated by commas; custom shapes ('E=..,H=..', which hold commas
+    themselves) separated by semicolons."""
+    return [s.strip() for s in text.split(";" if "=" in text else ",") if s.strip()]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", default="qwen3-30b-a3b,qwen3-235b-a22b")
+    parser.add_argument("--shapes", default="qwen3-30b-a3b,qwen3-235b-a22b",
+                        help="presets or config.json paths, comma-separated; or custom shapes "
+                             "'E=..,H=..,I=..,k=..,hq=..,hkv=..,hd=..' separated by ';'")
     parser.add_argument("--tokens", default="1,8,32,64,128,256,1024,4096,16384")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", default="profiling/results/moe_gemm_h200.json")
@@ -298,6 +306,11 @@ def main(argv=None) -> int:
     down_tiles = explicit_tiles(args.down_tiles)
     for label in args.variants.split(","):
         variant_arm(label, down_tiles)  # bad entries fail before any timing
+    shape_names = shape_list(args.shapes)
+    try:
+        resolved = [shapes.resolve(name) for name in shape_names]  # so do bad shapes
+    except ValueError as error:
+        parser.error(str(error))
     setup = timing_setup(args.reps)
     if setup is None:
         return 2
@@ -306,10 +319,9 @@ def main(argv=None) -> int:
     extra = tuple(int(t) for t in args.extra_tokens.split(",") if t)
     token_list = [int(t) for t in args.tokens.split(",")]
     if args.warm_point:  # the same work as the first point, results dropped
-        bench_shape(shapes.resolve(args.shapes.split(",")[0]), token_list[:1], timer, bw, gen, False,
-                    args.variants.split(","), (), down_tiles)
-    for name in args.shapes.split(","):
-        results += bench_shape(shapes.resolve(name), token_list, timer, bw, gen,
+        bench_shape(resolved[0], token_list[:1], timer, bw, gen, False, args.variants.split(","), (), down_tiles)
+    for name, shape in zip(shape_names, resolved):
+        results += bench_shape(shape, token_list, timer, bw, gen,
                                name in args.sweep_tiles.split(","), args.variants.split(","),
                                extra, down_tiles)
         with open(args.out + ".partial", "w") as f:  # survive a time-out of the next shape

@@ -31,3 +31,12 @@ def test_down_override_replaces_only_the_table_tile_of_its_width():
         bench.variant_arm("auto:fast", tiles)
     with pytest.raises(ValueError, match="has 2 tiles"):
         bench.variant_arm("auto:down2", tiles)
+
+
+def test_shape_list_takes_presets_configs_and_custom_shapes():
+    assert bench.shape_list("qwen3-30b-a3b,qwen3-235b-a22b") == ["qwen3-30b-a3b", "qwen3-235b-a22b"]
+    assert bench.shape_list("tiny, path/to/config.json") == ["tiny", "path/to/config.json"]
+    custom = "E=32,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64"
+    assert bench.shape_list(custom) == [custom]
+    assert bench.shape_list(f"{custom}; E=8,H=4096,I=14336,k=2,hq=32,hkv=8,hd=128;") == [
+        custom, "E=8,H=4096,I=14336,k=2,hq=32,hkv=8,hd=128"]
