@@ -143,6 +143,8 @@ def test_registry_discovers_op_modules():
 def test_shapes_custom_and_hf_config(tmp_path):
     shape = shapes.parse_custom("E=128,H=2048,I=768,k=8,hq=32,hkv=4,hd=128")
     assert (shape.experts, shape.hidden, shape.intermediate, shape.top_k) == (128, 2048, 768, 8)
+    assert shape.name == "e128_h2048_i768_k8_hq32_hkv4_d128"
+    assert shapes.parse_custom("E=8,H=256,I=128,k=2,hq=4,hkv=2,hd=64", name="mine").name == "mine"
     assert shapes.preset("qwen3-30b-a3b").intermediate == 768
     assert shapes.preset("qwen3-235b-a22b").hidden == 4096
     with pytest.raises(ValueError, match="lacks"):

@@ -66,8 +66,9 @@ def preset(name: str) -> ModelShape:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
 
 
-def parse_custom(text: str, name: str = "custom") -> ModelShape:
-    """'E=128,H=2048,I=768,k=8,hq=32,hkv=4,hd=128' -> ModelShape (all seven keys required)."""
+def parse_custom(text: str, name: str | None = None) -> ModelShape:
+    """'E=128,H=2048,I=768,k=8,hq=32,hkv=4,hd=128' -> ModelShape (all seven keys required), named by its dimensions
+    (e128_h2048_i768_k8_hq32_hkv4_d128) unless a name is given, so two custom shapes in one run stay apart."""
     values: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
@@ -81,6 +82,8 @@ def parse_custom(text: str, name: str = "custom") -> ModelShape:
     missing = sorted(k for k, f in _CUSTOM_KEYS.items() if f not in values)
     if missing:
         raise ValueError(f"custom shape {text!r} lacks {', '.join(missing)}")
+    if name is None:
+        name = "e{experts}_h{hidden}_i{intermediate}_k{top_k}_hq{q_heads}_hkv{kv_heads}_d{head_dim}".format(**values)
     return ModelShape(name=name, **values)
 
 
