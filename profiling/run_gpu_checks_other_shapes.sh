@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Attention and MoE shapes other than the Qwen3 presets (written in the twenty-seventh session, 2026-12-04, without a
 # device; not yet run), one call, every step under `timeout` (BUDGET s):
-#   1. the decode GPU tests of the GQA 5 and 12 cases (every kernel, every split setting) and memcheck on mma4l's
+#   1. the decode GPU tests of the GQA 5 and 12 cases (every kernel, every split setting) and memcheck on mma4l's;
+#      the MoE GPU test of auto's tiles at a shape whose K chunks are odd in number (H = 576, I = 320), memcheck on it
 #   2. bench_attention.py --decode-only at --heads 40x8x128x16 (Llama 4's attention: GQA 5, 8 kv heads, where the
 #      default mma4l runs one 512-thread CTA per SM) for mma4l, its one-warp-per-kv-head configuration and mma2_w2s2,
 #      BF16 mma and SDPA; then at 96x8x128x16 (GLM-4.5: GQA 12, two CTAs of 6 heads per kv head) for mma4l and
@@ -9,7 +10,7 @@
 #   3. bench_moe_gemm.py (auto against BF16 _grouped_mm) at gpt-oss-120b's MoE shape (E=128, H=I=2880, top-4) and
 #      Mixtral-8x7B's (E=8, H=4096, I=14336, top-2), T = 8 / 64 / 256 / 4096
 # Its kernels, built here beforehand (nvcc 13.0) into the ignored .tkcache_shapes: moe_prebuild.py --tables auto
-# --no-extras for the two MoE shapes, and the decode kernels of steps 1-2.
+# --no-extras for the two MoE shapes of step 3 and the odd-chunk test shape, and the decode kernels of steps 1-2.
 # Usage (repo root; carry .whl, .tkcache_shapes): OUT=$OUT bash profiling/run_gpu_checks_other_shapes.sh
 #   -> $OUT/other_shapes.tar
 set -uo pipefail
@@ -26,6 +27,10 @@ gqa="matches_reference and (10-2-128 or 24-2-64)"
 gpu_tests 150 "$DIR/gqa_tests.log" -m gpu tests/gpu/test_kv_kernels.py -k "$gqa"
 sanitize memcheck 60 "$DIR/gqa_memcheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
   tests/gpu/test_kv_kernels.py -k "$gqa and mma4l"
+gpu_tests 120 "$DIR/moe_odd_tests.log" -m gpu tests/gpu/test_moe_gemm.py -k odd_chunk
+sanitize memcheck 90 "$DIR/moe_odd_memcheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
+  "tests/gpu/test_moe_gemm.py::test_auto_tiles_at_odd_chunk_counts[8]" \
+  "tests/gpu/test_moe_gemm.py::test_auto_tiles_at_odd_chunk_counts[300]"
 
 timeout 150 python3 profiling/bench_attention.py --decode-only --heads 40x8x128x16 \
   --nvfp4-variants mma4l,mma4l_w1s2,mma2_w2s2 --bf16-variants mma --out "$DIR/attention_llama4_heads.json" \

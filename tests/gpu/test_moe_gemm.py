@@ -178,6 +178,37 @@ def test_batch_invariance(name):
                 assert torch.equal(g, b), f"{what} differs at batch {batch}, tile {tile}"
 
 
+# H and I whose 64-wide K chunks are odd in number (9 and 5), as in gpt-oss (H = I = 2880 = 45 x 64): the tiles that
+# need K in pairs of chunks (ws, chunks_per_stage 2) fall back to the ones that take it (codegen auto_fallback)
+ODD_CHUNKS_SHAPE = (8, 576, 320, 2)  # E, H, I, top-k
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 64, 300, 2048])
+def test_auto_tiles_at_odd_chunk_counts(tokens):
+    """What a call without tile= launches at a shape outside the presets: the plain GEMM, the fused gate_up (its
+    quantization exactly nvfp4.quantize of its own h) and the down GEMM with the combine, against the reference."""
+    e, h, i, k = ODD_CHUNKS_SHAPE
+    p = make_problem(e, h, i, k, tokens, seed=tokens, device="cuda", skew=1.0 if tokens == 300 else 0.0)
+    r = p.routing
+    want = ref.moe_gemm_ref(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a)
+    got = ops.moe_gemm(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a,
+                       out=torch.full_like(want, float("nan")))
+    torch.cuda.synchronize()
+    assert not got.isnan().any() and _rel(got, want) <= 2e-3, _rel(got, want)
+    up_want = ref.moe_gate_up_ref(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a)
+    up = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a,
+                         out=_poisoned_gate_up(r.num_rows, i))
+    torch.cuda.synchronize()
+    assert _rel(up.h, up_want.h) <= 2e-3, _rel(up.h, up_want.h)
+    own = ref.quantize_swiglu(up.h.cpu())
+    assert torch.equal(up.q.codes.cpu(), own.q.codes) and torch.equal(up.q.scale.cpu(), own.q.scale)
+    assert torch.equal(up.a_next.cpu(), own.a_next) and torch.equal(up.mantissa_bits.cpu(), own.mantissa_bits)
+    y_want = ref.moe_down_ref(up.a_next, p.down, r, row_scale=up.q.scale)
+    y = ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, out=torch.full_like(y_want, float("nan")))
+    torch.cuda.synchronize()
+    assert not y.isnan().any() and _rel(y, y_want) <= 2e-3, _rel(y, y_want)
+
+
 def _layer_tile(variant, m, e):
     """A test layer's tile: the variant's table tile, or for "v1_cb" v1's with the down GEMM's combine in its
     epilogue (fused_combine; the gate_up kernels ignore it)."""
