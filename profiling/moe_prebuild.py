@@ -3,7 +3,8 @@
 Builds every table's kernels (specs_for_shape over TILE_TABLES, or --tables T1,T2), the quantize kernels the
 quantize_after tiles launch, and the off-table tilings (EXTRA_TILES) that tests/gpu/test_moe_gemm.py exercises
 and the benchmark's --extra-tokens times (not with --no-extras), so none compiles one by one. Lists the kernels
-ptxas serialized (its C751x wgmma notes).
+ptxas serialized (its C751x wgmma notes). With the extras and `tiny` (the tests' preset) it also builds the auto
+table of moe_testing.ODD_CHUNKS_SHAPE, which a GPU test launches.
 With --tiles (sweep_moe_gemm_tiles.py's format, ';'-separated) it also builds those tilings' fused gate_up (as
 launched) and down kernels, so a sweep on the GPU finds them in the cache.
 Usage: moe_prebuild.py [--jobs N] [--tables T1,T2] [--no-extras] [--tiles TILES] PRESET...
@@ -14,7 +15,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from trace_kernels import jit, shapes
+from trace_kernels import jit, moe_testing, shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.codegen.ops import quantize
 from trace_kernels.jit import compiler
@@ -58,6 +59,10 @@ def main() -> int:
                     print(f"skip {name} {kind} {fitted}: {exc}")
                     continue
                 specs[spec.name] = spec
+    if args.extras and "tiny" in args.presets:
+        odd = moe_testing.ODD_CHUNKS_SHAPE
+        for spec in codegen.specs_for_shape(odd, ("auto",)) + quantize.specs_for_shape(odd):
+            specs[spec.name] = spec
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         entries = list(pool.map(jit.build, specs.values()))

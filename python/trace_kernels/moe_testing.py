@@ -9,6 +9,12 @@ import torch
 from .moe_gemm_ref import quantize_activations
 from .moe_layout import MoEWeights, interleave_gate_up, quantize_weights
 from .moe_routing import MoERouting, route
+from .shapes import ModelShape
+
+# A test shape whose 64-wide K chunks are odd in number (H: 9, I: 5), like gpt-oss's H = I = 2880 (45): the tiles that
+# take K in pairs of chunks fall back to others there (tests/gpu/test_moe_gemm.py, profiling/moe_prebuild.py)
+ODD_CHUNKS_SHAPE = ModelShape("odd-chunks", experts=8, hidden=576, intermediate=320, top_k=2, q_heads=4, kv_heads=2,
+                              head_dim=64)
 
 
 @dataclass(frozen=True)

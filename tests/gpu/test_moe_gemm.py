@@ -11,7 +11,7 @@ from trace_kernels import moe_gemm_ref as ref
 from trace_kernels import nvfp4
 from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TILE_TABLE, WS_TILE_TABLE, tile_for_rows
 from trace_kernels.moe_routing import route
-from trace_kernels.moe_testing import make_problem, make_weights, random_topk
+from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE, make_problem, make_weights, random_topk
 from trace_kernels.runtime import capture_graph
 
 pytestmark = pytest.mark.gpu
@@ -178,16 +178,13 @@ def test_batch_invariance(name):
                 assert torch.equal(g, b), f"{what} differs at batch {batch}, tile {tile}"
 
 
-# H and I whose 64-wide K chunks are odd in number (9 and 5), as in gpt-oss (H = I = 2880 = 45 x 64): the tiles that
-# need K in pairs of chunks (ws, chunks_per_stage 2) fall back to the ones that take it (codegen auto_fallback)
-ODD_CHUNKS_SHAPE = (8, 576, 320, 2)  # E, H, I, top-k
-
-
 @pytest.mark.parametrize("tokens", [1, 8, 64, 300, 2048])
 def test_auto_tiles_at_odd_chunk_counts(tokens):
-    """What a call without tile= launches at a shape outside the presets: the plain GEMM, the fused gate_up (its
-    quantization exactly nvfp4.quantize of its own h) and the down GEMM with the combine, against the reference."""
-    e, h, i, k = ODD_CHUNKS_SHAPE
+    """What a call without tile= launches at a shape outside the presets whose K chunks are odd in number
+    (moe_testing.ODD_CHUNKS_SHAPE): the plain GEMM, the fused gate_up (its quantization exactly nvfp4.quantize of its
+    own h) and the down GEMM with the combine, against the reference."""
+    s = ODD_CHUNKS_SHAPE
+    e, h, i, k = s.experts, s.hidden, s.intermediate, s.top_k
     p = make_problem(e, h, i, k, tokens, seed=tokens, device="cuda", skew=1.0 if tokens == 300 else 0.0)
     r = p.routing
     want = ref.moe_gemm_ref(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a)
