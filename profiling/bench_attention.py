@@ -36,6 +36,11 @@ from trace_kernels.testing.provenance import git_commit, utc_now
 
 HQ, HKV, D, P = 32, 4, 128, 16  # every case's heads and page size: Issue 5's by default, --heads sets them
 
+CASES = ((8, 8192), (8, 32768), (4, 131072), (32, 32768))
+GB = 1e9
+CARD_BYTES = 141e9
+LAYERS_30B = 48  # Qwen3-30B-A3B layers (Hkv=4, D=128)
+
 
 def set_heads(text: str) -> None:
     """--heads 'HQxHKVxDxP' (the page size optional): the head shape of every case here, and of the decode tools that
@@ -49,10 +54,6 @@ def set_heads(text: str) -> None:
         raise ValueError(f"--heads {text!r}: expected HQxHKVxD[xP], positive, HQ a multiple of HKV (e.g. 40x8x128x16)")
     HQ, HKV, D = values[:3]
     P = values[3] if len(values) == 4 else P
-CASES = ((8, 8192), (8, 32768), (4, 131072), (32, 32768))
-GB = 1e9
-CARD_BYTES = 141e9
-LAYERS_30B = 48  # Qwen3-30B-A3B layers (Hkv=4, D=128)
 
 
 def token_head_bytes(fmt: str, d: int | None = None) -> int:
@@ -441,8 +442,8 @@ def main() -> None:
                         help="q heads, kv heads, head_dim and page size of every case (default: Issue 5's; e.g. "
                              "40x8x128x16 for Llama 4's attention)")
     parser.add_argument("--append-heads", default="",
-                        help="comma list of KVHEADSxHEAD_DIM for --append-only (default: --heads'; e.g. 4x128,8x64: the "
-                             "same elements per token, FP32 row scales of 16 vs 32 bytes per token)")
+                        help="comma list of KVHEADSxHEAD_DIM for --append-only (default: the --heads shape's; e.g. "
+                             "4x128,8x64: the same elements per token, FP32 row scales of 16 vs 32 bytes per token)")
     parser.add_argument("--append-variants", default=",".join(APPEND_VARIANTS),
                         help="comma list of NVFP4 kv_append variants (kv_append.py: b1, b2, b4, + p, + _cta128, ...)")
     parser.add_argument("--extend-only", action="store_true",
