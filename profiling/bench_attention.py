@@ -388,8 +388,7 @@ def build_kernels(jobs: int, nvfp4_variants: list[str] = (), named_only: bool = 
         specs = [decode_attention.combine_spec(d) for d in decode_attention.HEAD_DIMS]
         configured = nvfp4_variants
     else:
-        specs = kv_testing.kernel_specs() + [decode_attention.spec("nvfp4", hq, hkv, d, p, "mma3")
-                                             for hq, hkv, d, p in kv_testing.TEST_SHAPES]
+        specs = kv_testing.kernel_specs()  # mma3 at every test shape among them
         configured = [v for v in nvfp4_variants if (decode_attention.mma2_config(v) and
                       v not in decode_attention.MMA2_TEMPLATES) or decode_attention.mma4_config(v)]
     specs += [decode_attention.spec("nvfp4", hq, hkv, d, p, v) for v in configured

@@ -3,15 +3,15 @@
     python profiling/decode_ab.py --arm base=.ab_base/cuda/include --arm new=cuda/include \\
         --out profiling/results/attention_decode_ab_h200.json
 
-Each arm is the decode kernel of --variant (--heads: issue 5's shape Hq 32 / Hkv 4 / D 128 / P 16 by default) compiled against its own
-header tree (NAME=INCLUDE_DIR[:MACRO,...][@RATE], the folder holding trace_kernels/; macros become -D flags; RATE is
-attention.FIRST_CTA_RATE while the arm runs, 1.0 by default: only trees with the uneven split plan take another), so
-two commits' headers run in one process with the same Python launcher and the same inputs. First every arm decodes the
-same random cases (random lengths, shuffled pages, split counts from 1 to the planner's) and the outputs of every arm at
-rate 1.0 must be equal bit for bit to the first arm's (--allow-different to time arms whose numerics differ; an uneven
-plan moves the split boundaries, so its arms are held to the FP32 reference only: the error is printed for every arm).
-Then ROUNDS rounds time bench_attention's four cases per arm (CUDA-graph medians), the arm order reversed every other
-round, at the planner's split count and at each of --split-counts.
+Each arm is the decode kernel of --variant (at --heads, issue 5's shape Hq 32 / Hkv 4 / D 128 / P 16 by default)
+compiled against its own header tree (NAME=INCLUDE_DIR[:MACRO,...][@RATE], the folder holding trace_kernels/; macros
+become -D flags; RATE is attention.FIRST_CTA_RATE while the arm runs, 1.0 by default: only trees with the uneven split
+plan take another), so two commits' headers run in one process with the same Python launcher and the same inputs. First
+every arm decodes the same random cases (random lengths, shuffled pages, split counts from 1 to the planner's) and the
+outputs of every arm at rate 1.0 must be equal bit for bit to the first arm's (--allow-different to time arms whose
+numerics differ; an uneven plan moves the split boundaries, so its arms are held to the FP32 reference only: the error
+is printed for every arm). Then ROUNDS rounds time bench_attention's four cases per arm (CUDA-graph medians), the arm
+order reversed every other round, at the planner's split count and at each of --split-counts.
 """
 
 from __future__ import annotations

@@ -2,17 +2,17 @@
 
     python profiling/decode_timeline.py --out profiling/results/attention_decode_timeline_h200.json
 
-Builds the decode kernel (default: the default variant, issue 5's shape Hq 32 / Hkv 4 / D 128 / P 16) a second time
-with TRACE_KERNELS_DECODE_TIMELINE defined (cuda/include/trace_kernels/decode_timeline.cuh): thread 0 of every CTA then
-records %globaltimer and clock64 at seven points (0 entry, 1 after split_range's wait for the previous kernel and its
-read of the length, 2 q ready and the first copies issued, 3 the first tile landed, 4 the tile loop done, 6 the warps'
-partial results in shared memory, 5 the split output stored); the split combine's CTAs record their entry (0), the end
-of their wait for the decode grid (1) and their end (5). Both builds replace the normal ones in this process
-(runtime.install_kernel); the script captures bench_attention's CUDA graph (every cache set, back to back, as the
-benchmark times it), replays it and reads the last launch's stamps. Per case it reports the replay's median time per
-call beside the decode grid's span and where each CTA spent its part: the spread of CTA starts, the wait, q, the first
-tile's latency, the tile loop (per tile), the merge (its shared-memory buffer, then the outputs), the spread of CTA
-ends; then when the combine's CTAs started, got past their wait and ended (same clock). The last sample's raw stamps
+Builds the decode kernel (default: the default variant at issue 5's shape Hq 32 / Hkv 4 / D 128 / P 16; --heads for
+another) a second time with TRACE_KERNELS_DECODE_TIMELINE defined (cuda/include/trace_kernels/decode_timeline.cuh):
+thread 0 of every CTA then records %globaltimer and clock64 at seven points (0 entry, 1 after split_range's wait for the
+previous kernel and its read of the length, 2 q ready and the first copies issued, 3 the first tile landed, 4 the tile
+loop done, 6 the warps' partial results in shared memory, 5 the split output stored); the split combine's CTAs record
+their entry (0), the end of their wait for the decode grid (1) and their end (5). Both builds replace the normal ones in
+this process (runtime.install_kernel); the script captures bench_attention's CUDA graph (every cache set, back to back,
+as the benchmark times it), replays it and reads the last launch's stamps. Per case it reports the replay's median time
+per call beside the decode grid's span and where each CTA spent its part: the spread of CTA starts, the wait, q, the
+first tile's latency, the tile loop (per tile), the merge (its shared-memory buffer, then the outputs), the spread of
+CTA ends; then when the combine's CTAs started, got past their wait and ended (same clock). The last sample's raw stamps
 are kept (decode: per CTA the seven times in ns from the grid's first entry, its SM and its tile count).
 """
 
