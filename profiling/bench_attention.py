@@ -452,6 +452,9 @@ def main() -> None:
     parser.add_argument("--decode-pdl", type=int, choices=(0, 1), default=None,
                         help="launch the decode kernels as programmatic dependents (1) or not (0); default: the "
                              "library's (attention.DECODE_PDL)")
+    parser.add_argument("--fused-combine", type=int, choices=(0, 1), default=None,
+                        help="merge the decode splits in the decode kernel (1) or in the combine kernel (0); default: "
+                             "the library's (attention.FUSED_SPLIT_COMBINE)")
     args = parser.parse_args()
     try:
         set_heads(args.heads)
@@ -459,8 +462,9 @@ def main() -> None:
         parser.error(str(error))
     args.append_heads = args.append_heads or f"{HKV}x{D}"
     if args.decode_pdl is not None:
-        from trace_kernels import attention
         attention.DECODE_PDL = bool(args.decode_pdl)
+    if args.fused_combine is not None:
+        attention.FUSED_SPLIT_COMBINE = bool(args.fused_combine)
     nvfp4_variants = expand_variants(args.nvfp4_variants)
     if args.build_only:
         raise SystemExit(0 if build_kernels(args.build_only, nvfp4_variants, args.build_named_only) else 1)

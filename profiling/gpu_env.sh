@@ -68,11 +68,11 @@ ncu_report() {
 }
 
 # decode_sanitizers DIR: memcheck (half the time left, at most 70 s), then racecheck (what is left, at most 70 s) on
-# mma4l's split, CUDA-graph, bytes-past-the-end, uneven-split-plan and GQA 5 / 12 KV GPU tests; logs
+# mma4l's split, CUDA-graph, bytes-past-the-end, uneven-split-plan, GQA 5 / 12 and fused-split-merge KV GPU tests; logs
 # DIR/sanitizer_{memcheck,racecheck}.log.
 decode_sanitizers() {
   local dir=$1 limit
-  local tests=(tests/gpu/test_kv_kernels.py -k "(test_decode_attention_growing_scores_and_special_rows or test_decode_attention_cuda_graph or past_the_end or uneven_split_plan or (matches_reference and (10-2-128 or 24-2-64))) and mma4l")
+  local tests=(tests/gpu/test_kv_kernels.py -k "(test_decode_attention_growing_scores_and_special_rows or test_decode_attention_cuda_graph or past_the_end or uneven_split_plan or (matches_reference and (10-2-128 or 24-2-64)) or (equals_the_combine_kernel and (8-1-64 or 10-2-128))) and mma4l")
   limit=$(( ($(left) - 4) / 2 )); [ "$limit" -gt 70 ] && limit=70
   sanitize memcheck "$limit" "$dir/sanitizer_memcheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu "${tests[@]}"
   limit=$(( $(left) - 3 )); [ "$limit" -gt 70 ] && limit=70

@@ -13,11 +13,13 @@ import decode_timeline  # noqa: E402
 US = 1000  # ns
 
 
-def cta(entry, waited, q_ready, first_tile, loop_done, stored, merge_buffer, smid, tiles):
-    """One CTA's 16 slots as the kernel writes them: globaltimer 0-6, smid 7, clock64 8-14, tile count 15."""
+def cta(entry, waited, q_ready, first_tile, loop_done, stored, merge_buffer, smid, tiles, combined=0, combiner=None):
+    """One CTA's 18 slots as the kernel writes them: globaltimer 0-6, smid 7, clock64 8-14, tile count 15, the end of
+    its share of a fused split merge 16 and its combiner index + 1 at 17 (zeros when it merged nothing)."""
     times = [entry, waited, q_ready, first_tile, loop_done, stored, merge_buffer]
     clocks = [2 * t for t in times]  # a 2 GHz SM clock
-    return [t * US for t in times] + [smid] + [c * US for c in clocks] + [tiles]
+    fused = [combined * US, combiner + 1] if combiner is not None else [0, 0]
+    return [t * US for t in times] + [smid] + [c * US for c in clocks] + [tiles] + fused
 
 
 def test_summary_of_two_sms_with_an_unequal_pair():
@@ -38,6 +40,19 @@ def test_summary_of_two_sms_with_an_unequal_pair():
     assert s["timer_step_ns"] == 1000
     assert s["pairs"] == 1 and s["pairs_first_placed_ends_first"] == 1 and s["pair_end_gap_us"] == 10
     assert s["sm_end_us"] == {"min": 29, "p50": 39, "max": 48}
+    assert s["fused_combine"] is None  # the combine kernel merged: no CTA recorded a share
+
+
+def test_fused_combine_summary_counts_the_combiners_and_the_true_end():
+    rows = [
+        cta(0, 1, 4, 5, 35, 38, 36, smid=0, tiles=11),                            # left after its arrival
+        cta(0, 1, 4, 5, 40, 43, 41, smid=1, tiles=11, combined=50, combiner=0),  # waited for the next one
+        cta(1, 2, 5, 6, 45, 48, 46, smid=2, tiles=11, combined=49, combiner=1),  # the cell's last arrival
+    ]
+    s = decode_timeline.summarize(rows)
+    assert s["span_us"] == 48  # the split outputs' stores
+    assert s["fused_combine"] == {"combiners": 2, "after_stored_us": 4, "end_us": {"min": 49, "p50": 50, "max": 50}}
+    assert decode_timeline.combine_summary([[0] * decode_timeline.SLOTS] * 3, 0) is None  # no combine kernel ran
 
 
 def test_combine_summary_is_on_the_decode_clock():

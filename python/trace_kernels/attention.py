@@ -125,7 +125,8 @@ class _DecodeParams(ctypes.Structure):  # trace_kernels::DecodeParams
         "q", "k_codes", "v_codes", "k_block_scales", "v_block_scales", "k_scale", "v_scale", "block_table",
         "lengths", "out", "o_part", "lse_part")] + [
         ("max_pages", ctypes.c_int32), ("tiles_per_split", ctypes.c_int32), ("scale_log2", ctypes.c_float),
-        ("long_splits", ctypes.c_int32), ("short_tiles", ctypes.c_int32)]
+        ("long_splits", ctypes.c_int32), ("short_tiles", ctypes.c_int32), ("combine_counters", ctypes.c_void_p),
+        ("combine_ctas", ctypes.c_int32)]
 
 
 MAX_SPLITS = 256
@@ -166,6 +167,24 @@ def default_variant(cache_format: str, q_heads: int, kv_heads: int, head_dim: in
 # gives the splits those first CTAs run FIRST_CTA_RATE times the tiles of the others. 1.0: even splits, the kernels'
 # measured behaviour; another value is for the A/B (profiling/decode_ab.py NAME=DIR@RATE) until one is measured faster.
 FIRST_CTA_RATE = 1.0
+
+
+# Merge the splits inside the decode kernel instead of a decode_attention_combine launch after it: the last CTAs of each
+# (sequence, CTA column) to finish wait for the others and merge their rows (attention_split_combine.cuh), with the
+# same bits as the combine kernel. Only for launches of one wave (every CTA resident at once, so that the waits end);
+# others, and launches inside CUDA-graph capture before the counters exist, use the combine kernel. False until an
+# A/B on the GPU says the fused merge is faster (profiling/decode_ab.py NAME=DIR+fused).
+FUSED_SPLIT_COMBINE = False
+
+
+def split_combine_ctas(splits: int, batch: int, ctas_per_split: int, q_heads: int, resident_ctas: int,
+                       fused: bool) -> int:
+    """How many CTAs of each (sequence, CTA column) merge its splits in the decode kernel: 0 = the combine kernel
+    does (one split, not fused, or more CTAs than resident at once), else min(splits, q heads per CTA), each
+    merging one head row or a few."""
+    if not fused or splits <= 1 or batch * ctas_per_split * splits > resident_ctas:
+        return 0
+    return min(splits, max(1, q_heads // ctas_per_split))
 
 
 class SplitPlan(NamedTuple):
@@ -282,7 +301,7 @@ def decode_launch_plan(cache_format: str, batch: int, q_heads: int, kv_heads: in
 
 def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scale, num_splits, variant):
     from trace_kernels.codegen.ops import decode_attention as codegen
-    from trace_kernels.ops._common import check_cuda_device, check_tensor, new_output
+    from trace_kernels.ops._common import check_cuda_device, check_tensor, counter_pool, new_output
     from trace_kernels.runtime import i32, kernel_for, ptr, struct
     device = check_cuda_device(q)
     check_tensor(q, "q")
@@ -295,11 +314,18 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
     out = new_output((b, hq, d), torch.bfloat16, q.device)
     if b == 0:
         return out
-    spec, kernel, plan, _, _ = decode_launch_plan("nvfp4" if geom.nvfp4 else "bf16", b, hq, geom.kv_heads, d,
-                                                  geom.page_size, block_table.shape[1], device, variant, num_splits)
+    spec, kernel, plan, resident, _ = decode_launch_plan("nvfp4" if geom.nvfp4 else "bf16", b, hq, geom.kv_heads, d,
+                                                         geom.page_size, block_table.shape[1], device, variant,
+                                                         num_splits)
     smem = spec.launch.get("smem", 0)  # dynamic shared memory (mma4)
     ctas_per_split = spec.launch["ctas_per_split"]  # kv heads x head groups, or head groups (mma4: whole pages)
     splits = plan.splits
+    combine_ctas = split_combine_ctas(splits, b, ctas_per_split, hq, resident, FUSED_SPLIT_COMBINE)
+    counters = None
+    if combine_ctas:  # arrivals and departures per (sequence, CTA column)
+        counters = counter_pool(q.device, 2 * b * ctas_per_split, "decode_split_combine",
+                                allocate=not torch.cuda.is_current_stream_capturing())
+        combine_ctas = combine_ctas if counters is not None else 0
     o_part = lse = None
     if splits > 1:
         o_part = torch.empty((b, hq, splits, d), dtype=torch.float32, device=q.device)
@@ -312,11 +338,12 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
     addr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
     params = _DecodeParams(q.data_ptr(), *(addr(t) for t in tensors), block_table.data_ptr(), lengths.data_ptr(),
                            out.data_ptr(), addr(o_part), addr(lse), block_table.shape[1], plan.tiles_per_split,
-                           _default_scale(softmax_scale, d) * math.log2(math.e), plan.long_splits, plan.short_tiles)
+                           _default_scale(softmax_scale, d) * math.log2(math.e), plan.long_splits, plan.short_tiles,
+                           addr(counters), combine_ctas)
     with nvtx.annotate("decode_attention"):
         kernel.launch(device, (ctas_per_split, splits, b), (spec.launch["threads"],),
                       [struct(params)], smem=smem, pdl=DECODE_PDL)
-        if splits > 1:
+        if splits > 1 and not combine_ctas:
             combine = codegen.combine_spec(d)
             kernel_for(combine).launch(device, (b * hq,), (combine.launch["threads"],),  # waits for the decode grid
                                        [ptr(o_part), ptr(lse), ptr(out), i32(splits)], pdl=True)

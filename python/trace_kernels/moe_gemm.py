@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 
 import torch
 
@@ -54,29 +53,6 @@ def _params(values: tuple) -> _Params:
 
 def _addr(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
-
-
-_counters: dict[tuple[int, str], torch.Tensor] = {}
-_retired_counters: list[torch.Tensor] = []  # outgrown buffers stay alive: captured CUDA graphs use them
-_lock = threading.Lock()
-
-
-def _tile_counters(device: torch.device, count: int, pool: str = "gate_up") -> torch.Tensor:
-    """int32 zeros, at least `count`; the fused epilogue (pool "gate_up") and the down GEMM's combine in its
-    epilogue (pool "combine") leave them zero after each launch.
-
-    Shared per device and pool: two such launches running concurrently on different streams would race
-    on it (not supported).
-    """
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    with _lock:
-        buf = _counters.get((index, pool))
-        if buf is None or buf.numel() < count:
-            if buf is not None:
-                _retired_counters.append(buf)
-            buf = torch.zeros(max(count, 4096), dtype=torch.int32, device=device)
-            _counters[(index, pool)] = buf
-        return buf
 
 
 def _status_word(device_index: int) -> torch.Tensor:
@@ -189,7 +165,8 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
                              "65535): use a wider tile")
         grid = (x_tiles, token_tiles, 1)
     fused = kind == "gate_up_swiglu"
-    counters = _tile_counters(a.device, token_tiles) if fused else None
+    from .ops._common import counter_pool
+    counters = counter_pool(a.device, token_tiles, "gate_up") if fused else None
     status = _status_word(device_index) if fused else None
     q_codes, q_bscales, q_scale, q_dequant, q_bits = quant or (None,) * 5
     row_token, slot_rows, combine_out = combine or (None,) * 3
@@ -198,7 +175,7 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
                            f"{bool(spec.launch['combine_top_k'])}")  # (moe_down decides both)
     combine_counters = None
     if combine is not None:  # one counter per (token, weight tile)
-        combine_counters = _tile_counters(a.device, slot_rows.shape[0] * x_tiles, "combine")
+        combine_counters = counter_pool(a.device, slot_rows.shape[0] * x_tiles, "combine")
     values = (_addr(a), _addr(row_index), _addr(row_scale), _addr(weights.codes), _addr(weights.block_scales),
               _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(out_f32), _addr(row_weight),
               _addr(q_codes), _addr(q_bscales), _addr(q_scale), _addr(q_dequant), _addr(q_bits), _addr(counters),

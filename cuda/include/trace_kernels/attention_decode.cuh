@@ -2,7 +2,7 @@
 //
 //   q [B, Hq, D] bf16, pages (docs/kv_cache.md), block_table int32 [B, max_pages], lengths int32 [B]
 //   -> out [B, Hq, D] bf16 (one split), or per-split partials o [B, Hq, S, D] f32 + lse [B, Hq, S]
-//      (log2 domain) that attention_combine.cuh merges.
+//      (log2 domain) that attention_split_combine.cuh merges.
 //
 // One CTA = (kv head, head group, split, sequence) and owns G <= 8 q heads of that kv head, so
 // every K/V byte of a split is read once for all of them (q heads of one kv head beyond 8 go to a
@@ -30,6 +30,8 @@
 
 #include <type_traits>
 
+#include "trace_kernels/attention_decode_params.cuh"
+#include "trace_kernels/attention_split_combine.cuh"
 #include "trace_kernels/decode_timeline.cuh"
 #include "trace_kernels/kv_codes.cuh"
 #include "trace_kernels/nvfp4.cuh"
@@ -83,56 +85,6 @@ struct DecodeAttentionConfig
   static_assert(STAGES >= 2, "at least double buffering");
   static_assert(kSmemBytes + TT * G * 4 + 3 * G * 4 <= 48 * 1024, "static shared memory limit");
 };
-
-struct DecodeParams {
-  const __nv_bfloat16* q;      // [B, Hq, D]
-  const uint8_t* k_codes;      // NVFP4: [slots, Hkv, D/2]; BF16: data [slots, Hkv, D]
-  const uint8_t* v_codes;
-  const uint8_t* k_block_scales;  // [slots, Hkv, D/16] e4m3 (NVFP4 only)
-  const uint8_t* v_block_scales;
-  const float* k_scale;        // [slots, Hkv] (NVFP4 only)
-  const float* v_scale;
-  const int* block_table;      // [B, max_pages]
-  const int* lengths;          // [B]
-  __nv_bfloat16* out;          // [B, Hq, D] (single split)
-  float* o_part;               // [B, Hq, S, D] (several splits)
-  float* lse_part;             // [B, Hq, S]
-  int max_pages;
-  int tiles_per_split;         // splits [0, long_splits): tiles of TT tokens each
-  float scale_log2;            // softmax scale * log2(e)
-  int long_splits;             // == S: even plan; < S: uneven (attention.plan_splits), grid order split-major
-  int short_tiles;             // tiles of splits [long_splits, S)
-};
-
-// The (split, sequence) a CTA of grid (CTAs per split, S, B) works on. An even plan keeps the grid's own
-// order. An uneven plan reads it split-major: the hardware places the first CTAs of the grid one per SM
-// and those run faster than the ones placed beside them (docs/kv_cache.md), so its long splits go first.
-struct DecodeCta {
-  int split;
-  int b;
-};
-
-__host__ __device__ __forceinline__ DecodeCta decode_cta(const DecodeParams& p, int y, int z, int splits,
-                                                         int batch) {
-  if (p.long_splits >= splits) return {y, z};
-  const int linear = y + splits * z;
-  return {linear / batch, linear % batch};
-}
-
-__device__ __forceinline__ DecodeCta decode_cta(const DecodeParams& p) {
-  return decode_cta(p, blockIdx.y, blockIdx.z, gridDim.y, gridDim.z);
-}
-
-// The first tile and the tile count of a split under the plan in p.
-struct SplitTiles {
-  int first;
-  int count;
-};
-
-__host__ __device__ __forceinline__ SplitTiles split_tiles(const DecodeParams& p, int split) {
-  if (split < p.long_splits) return {split * p.tiles_per_split, p.tiles_per_split};
-  return {p.long_splits * p.tiles_per_split + (split - p.long_splits) * p.short_tiles, p.short_tiles};
-}
 
 namespace detail {
 
@@ -514,59 +466,8 @@ __device__ __forceinline__ void decode_attention(const DecodeParams& p) {
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + g;
     store_split_output<D>(p, bh, d, split, num_splits, o, run_max[g], l);
   }
-}
-
-// Merge the splits: out[b, h] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M). One CTA of kWarps warps
-// per (b, h): warp w takes splits w, w + kWarps, ... (lane i: elements i * D/32 ..), so each warp has
-// several whole split rows in flight instead of one thread per element walking every split in turn
-// (7.2 us for 4 MB of partials at B = 8, Hq = 32, 32 splits, H200); the warps' sums are added in warp
-// order (deterministic). Launched as a programmatic dependent of the decode kernel: it waits for that
-// grid before its first read.
-template <int D, int kCombineWarps>
-__device__ __forceinline__ void decode_attention_combine(const float* __restrict__ o_part,    // [B*Hq, S, D]
-                                                         const float* __restrict__ lse_part,  // [B*Hq, S]
-                                                         __nv_bfloat16* __restrict__ out,     // [B*Hq, D]
-                                                         int num_splits) {
-  static_assert(D % 64 == 0, "a lane takes D / 32 elements as one 8- or 16-byte load");
-  constexpr int kVec = D / 32;
-  using Vec = typename std::conditional<kVec == 4, float4, float2>::type;
-  __shared__ float partial_num[kCombineWarps][D];
-  __shared__ float partial_den[kCombineWarps];
-  DECODE_STAMP(0);  // diagnostic timeline (decode_timeline.cuh): empty unless TRACE_KERNELS_DECODE_TIMELINE
-  pdl::wait_for_prerequisite_grid();
-  DECODE_STAMP(1);
-  const int64_t bh = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* lse = lse_part + bh * num_splits;
-  float m = -CUDART_INF_F;
-  for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, lse[s]);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  float num[kVec] = {}, den = 0.f;
-#pragma unroll 4
-  for (int s = warp; s < num_splits; s += kCombineWarps) {
-    const float l = lse[s];
-    const float w = l == -CUDART_INF_F ? 0.f : exp2f(l - m);
-    const Vec v = *reinterpret_cast<const Vec*>(o_part + (bh * num_splits + s) * D + lane * kVec);
-    const float* x = reinterpret_cast<const float*>(&v);
-    den += w;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) num[j] = fmaf(w, x[j], num[j]);
-  }
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) partial_num[warp][lane * kVec + j] = num[j];
-  if (lane == 0) partial_den[warp] = den;
-  __syncthreads();
-  for (int d = threadIdx.x; d < D; d += kCombineWarps * 32) {
-    float n = 0.f, l = 0.f;
-#pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) {
-      n += partial_num[w][d];
-      l += partial_den[w];
-    }
-    out[bh * D + d] = __float2bfloat16_rn(l > 0.f ? n / l : 0.f);
-  }
-  DECODE_STAMP(5);
+  combine_splits_in_kernel<D, Cfg::kThreads, Cfg::kSmemBytes / 4>(p, b, hq, G, [&](int r) { return head0 + r; },
+                                                                   reinterpret_cast<float*>(smem));
 }
 
 }  // namespace trace_kernels

@@ -346,6 +346,8 @@ __device__ __forceinline__ void decode_attention_mma(const DecodeParams& p) {
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
     store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
   }
+  combine_splits_in_kernel<D, Cfg::kThreads, Cfg::kSmemBytes / 4>(p, b, hq, G, [&](int r) { return head0 + r; },
+                                                                   reinterpret_cast<float*>(smem));
 }
 
 }  // namespace trace_kernels
@@ -556,6 +558,8 @@ __device__ __forceinline__ void decode_attention_mma_bf16(const DecodeParams& p)
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
     store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
   }
+  combine_splits_in_kernel<D, Cfg::kThreads, Cfg::kSmemBytes / 4>(p, b, hq, G, [&](int r) { return head0 + r; },
+                                                                   reinterpret_cast<float*>(smem));
 }
 
 }  // namespace trace_kernels

@@ -525,6 +525,14 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
     store_split_output8<D>(p, bh, d, split, num_splits, o, m, l);
   }
   DECODE_STAMP(5);
+  // Row r of the cell: kv head r / G of the CTA (mma4: every kv head), its q head r % G of this head group. The merge's
+  // shared memory again (mma4: below stage 0's mbarrier).
+  combine_splits_in_kernel<D, Cfg::kThreads, Cfg::kReduceFloats>(
+      p, b, hq, Cfg::kKvHeadsPerCta * G,
+      [&](int r) {
+        return Cfg::kKvHeadsPerCta == 1 ? head0 + r : (r / G) * Cfg::GROUP + head_group * G + r % G;
+      },
+      reinterpret_cast<float*>(smem));
 }
 
 template <class Cfg>

@@ -127,3 +127,33 @@ def raise_on_nonfinite(device: int | torch.device | None = None) -> None:
 def after_launch(device_index: int) -> None:
     if env.flag("CHECK_FINITE"):
         raise_on_nonfinite(device_index)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrival counters of kernels whose last CTAs finish a shared piece of work (the MoE GEMM's fused epilogues,
+# decode attention's split combine): int32 zeros that every launch leaves zero again.
+# ---------------------------------------------------------------------------------------------
+
+_counters: dict[tuple[int, str], torch.Tensor] = {}
+_retired_counters: list[torch.Tensor] = []  # outgrown buffers stay alive: captured CUDA graphs use them
+_counters_lock = threading.Lock()
+
+
+def counter_pool(device: torch.device, count: int, pool: str, *, allocate: bool = True) -> torch.Tensor | None:
+    """int32 zeros, at least `count`, shared per device and pool; the kernels given them leave them zero.
+
+    Two launches using one pool concurrently on different streams would race on it (not supported).
+    allocate=False returns None where a new or larger buffer would be needed: inside CUDA-graph capture its zero
+    fill would only be captured, not run, and the buffer would live in the graph's memory pool.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _counters_lock:
+        buf = _counters.get((index, pool))
+        if buf is None or buf.numel() < count:
+            if not allocate:
+                return None
+            if buf is not None:
+                _retired_counters.append(buf)
+            buf = torch.zeros(max(count, 4096), dtype=torch.int32, device=device)
+            _counters[(index, pool)] = buf
+        return buf

@@ -15,13 +15,15 @@ from trace_kernels.shapes import ModelShape
 
 NAME = "decode_attention"
 COMBINE_NAME = "decode_attention_combine"
-COMBINE_THREADS = 256  # 8 warps, each a few whole split rows in flight (decode_attention_combine)
+COMBINE_THREADS = 256  # 8 warps = kCombineWarps (attention_split_combine.cuh), each a few whole split rows in flight
 TEMPLATE = "decode_attention.cu.jinja"
 MMA_TEMPLATE = "decode_attention_mma.cu.jinja"
 MMA2_TEMPLATE = "decode_attention_mma2.cu.jinja"
 MMA3_TEMPLATE = "decode_attention_mma3.cu.jinja"
 MMA4_TEMPLATE = "decode_attention_mma4.cu.jinja"
 COMBINE_TEMPLATE = "decode_attention_combine.cu.jinja"
+COMBINE_HEADERS = ("trace_kernels/attention_decode_params.cuh", "trace_kernels/attention_split_combine.cuh")
+DECODE_HEADERS = (*COMBINE_HEADERS, "trace_kernels/attention_decode.cuh")
 FORMATS = ("nvfp4", "bf16")
 HEAD_DIMS = (64, 128)  # shared-memory budget of the tile pipeline (attention_decode.cuh)
 PAGE_SIZES = (16,)  # AOT set; any positive page size renders
@@ -212,7 +214,7 @@ def spec(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_siz
                     "min_blocks": t["min_blocks"], "lean": t["lean"]},
             launch={key: t[key] for key in ("threads", "group", "heads_per_cta", "head_groups", "tile_tokens", "stages",
                                             "smem", "ctas_per_split")},
-            headers=("trace_kernels/attention_decode.cuh", "trace_kernels/attention_decode_mma.cuh",
+            headers=(*DECODE_HEADERS, "trace_kernels/attention_decode_mma.cuh",
                      "trace_kernels/attention_decode_mma2.cuh", "trace_kernels/attention_decode_mma4.cuh",
                      "trace_kernels/bulk_copy.cuh"),
         )
@@ -228,7 +230,7 @@ def spec(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_siz
             params={"d": head_dim, "hkv": kv_heads, "group": t["group"], "heads_per_cta": t["heads_per_cta"],
                     "page": page_size, "warps": warps, "stages": t["stages"], "min_blocks": config["min_blocks"]},
             launch={"threads": 32 * warps, **t},
-            headers=("trace_kernels/attention_decode.cuh", "trace_kernels/attention_decode_mma.cuh",
+            headers=(*DECODE_HEADERS, "trace_kernels/attention_decode_mma.cuh",
                      "trace_kernels/attention_decode_mma2.cuh")
             + (("trace_kernels/attention_decode_mma3.cuh",) if config["base"] == "mma3" else ()),
         )
@@ -240,8 +242,7 @@ def spec(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_siz
                 "heads_per_cta": t["heads_per_cta"], "page": page_size, "tile_tokens": t["tile_tokens"],
                 "stages": t["stages"]},
         launch={"threads": THREADS if variant == "simt" or cache_format == "nvfp4" else 64, **t},
-        headers=("trace_kernels/attention_decode.cuh",) if variant == "simt" else (
-            "trace_kernels/attention_decode.cuh", "trace_kernels/attention_decode_mma.cuh"),
+        headers=DECODE_HEADERS if variant == "simt" else (*DECODE_HEADERS, "trace_kernels/attention_decode_mma.cuh"),
     )
 
 
@@ -251,7 +252,7 @@ def combine_spec(head_dim: int) -> KernelSpec:
         raise ValueError(f"{COMBINE_NAME}: head_dim {head_dim} is not supported (supported: {HEAD_DIMS})")
     return KernelSpec(op=NAME, name=kernel_name(COMBINE_NAME, dims={"d": head_dim}), template=COMBINE_TEMPLATE,
                       params={"d": head_dim, "threads": COMBINE_THREADS}, launch={"threads": COMBINE_THREADS},
-                      headers=("trace_kernels/attention_decode.cuh",))
+                      headers=COMBINE_HEADERS)
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
