@@ -92,6 +92,24 @@ def test_nvtx_range_names():
         pass
 
 
+def test_counter_pool_grows_keeps_old_buffers_and_never_allocates_when_told_not_to(monkeypatch):
+    """ops._common.counter_pool: the arrival counters of the MoE GEMM's fused epilogues and the decode's fused split
+    merge (one buffer per device and pool; a CUDA-graph capture may not allocate one, attention / moe_gemm ask with
+    allocate=False there)."""
+    from trace_kernels.ops import _common
+    monkeypatch.setattr(_common, "_counters", {})
+    monkeypatch.setattr(_common, "_retired_counters", [])
+    cpu = torch.device("cpu")
+    assert _common.counter_pool(cpu, 10, "a", allocate=False) is None and _common._counters == {}
+    small = _common.counter_pool(cpu, 10, "a")
+    assert small.dtype == torch.int32 and small.numel() >= 10 and not small.any()
+    assert _common.counter_pool(cpu, small.numel(), "a", allocate=False) is small  # big enough: the same buffer
+    assert _common.counter_pool(cpu, 10, "b") is not small  # pools are separate
+    assert _common.counter_pool(cpu, small.numel() + 1, "a", allocate=False) is None
+    big = _common.counter_pool(cpu, small.numel() + 1, "a")
+    assert big.numel() > small.numel() and _common._retired_counters == [small]  # graphs may still use the old one
+
+
 def test_refit_plan_keeps_every_cta_resident(monkeypatch):
     """The cooperative grid never exceeds what fits; groups follow tiles, experts and the L2."""
     import importlib

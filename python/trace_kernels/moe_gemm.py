@@ -55,6 +55,18 @@ def _addr(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
 
 
+def _counters(device: torch.device, count: int, pool: str, kernel: str) -> torch.Tensor:
+    """The fused epilogues' arrival counters (ops._common.counter_pool; the kernels leave them zero). Inside a
+    CUDA-graph capture they must exist already: a new buffer's zero fill would only be captured, and an eager call
+    or another graph's replay before this graph's first replay would count from garbage."""
+    from .ops._common import counter_pool
+    buf = counter_pool(device, count, pool, allocate=not torch.cuda.is_current_stream_capturing())
+    if buf is None:
+        raise RuntimeError(f"{kernel}: its {count} arrival counters ({pool!r}) cannot be allocated inside a CUDA-graph "
+                           "capture; run the same call once outside the capture first (a warm-up)")
+    return buf
+
+
 def _status_word(device_index: int) -> torch.Tensor:
     """The project's per-device non-finite status word (ops._common; raise_on_nonfinite reads it)."""
     from .ops._common import status_buffer
@@ -165,8 +177,7 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
                              "65535): use a wider tile")
         grid = (x_tiles, token_tiles, 1)
     fused = kind == "gate_up_swiglu"
-    from .ops._common import counter_pool
-    counters = counter_pool(a.device, token_tiles, "gate_up") if fused else None
+    counters = _counters(a.device, token_tiles, "gate_up", spec.name) if fused else None
     status = _status_word(device_index) if fused else None
     q_codes, q_bscales, q_scale, q_dequant, q_bits = quant or (None,) * 5
     row_token, slot_rows, combine_out = combine or (None,) * 3
@@ -175,7 +186,7 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
                            f"{bool(spec.launch['combine_top_k'])}")  # (moe_down decides both)
     combine_counters = None
     if combine is not None:  # one counter per (token, weight tile)
-        combine_counters = counter_pool(a.device, slot_rows.shape[0] * x_tiles, "combine")
+        combine_counters = _counters(a.device, slot_rows.shape[0] * x_tiles, "combine", spec.name)
     values = (_addr(a), _addr(row_index), _addr(row_scale), _addr(weights.codes), _addr(weights.block_scales),
               _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(out_f32), _addr(row_weight),
               _addr(q_codes), _addr(q_bscales), _addr(q_scale), _addr(q_dequant), _addr(q_bits), _addr(counters),

@@ -249,6 +249,30 @@ def test_cuda_graph_replay_matches_eager(variant):
         assert torch.equal(replayed, eager)
 
 
+def test_capture_without_counters_raises_before_launch(monkeypatch):
+    """A fused gate_up inside a CUDA-graph capture while its tile counters do not exist yet: a clear error instead of
+    counters whose zero fill only the graph's replay would run."""
+    from trace_kernels.ops import _common
+    _, _, i, _ = SHAPES["qwen3-30b-a3b"]
+    p = problem("qwen3-30b-a3b", 64, 21)
+    r = p.routing
+    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, "v1")
+    up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
+
+    def gate_up():
+        ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, validate=False,
+                        out=up_out, tile=tile)
+
+    gate_up()  # builds and loads the kernel outside the capture
+    torch.cuda.synchronize()
+    monkeypatch.setattr(_common, "_counters", {})
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="inside a CUDA-graph capture"):
+        with capture_graph(graph):
+            gate_up()
+    assert _common._counters == {}
+
+
 @pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb"])
 @pytest.mark.parametrize("tokens", [1, 8, 64, 1024])
 def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):

@@ -146,7 +146,7 @@ def counter_pool(device: torch.device, count: int, pool: str, *, allocate: bool 
     allocate=False returns None where a new or larger buffer would be needed: inside CUDA-graph capture its zero
     fill would only be captured, not run, and the buffer would live in the graph's memory pool.
     """
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else -1)
     with _counters_lock:
         buf = _counters.get((index, pool))
         if buf is None or buf.numel() < count:
