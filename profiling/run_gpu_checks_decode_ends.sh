@@ -18,9 +18,11 @@
 # copy of call 4's headers) with eight.
 # Next (written in the twenty-sixth to twenty-eighth sessions, no device lent), with .ab_base the headers of 3020219
 # (before the uneven plan: base vs new is then the even plan's cost of decode_cta and of the fused merge's check):
-#   call A, the uneven split plan and the split merge inside the kernel against the even plan and the combine kernel:
-#     TESTS=0 SPLITS="" VARIANTS="" EXTRA_ARMS="u11=cuda/include@1.1 u12=cuda/include@1.2"
-#     FUSED_ARMS="fused=cuda/include+fused u12f=cuda/include@1.2+fused" TIMELINES="1.0 1.2 1.0+fused"
+#   call A, the uneven split plan, the split merge inside the kernel and mma4's lane copy constants (docs/kv_cache.md)
+#   against the even plan, the combine kernel and the per-tile constants:
+#     TESTS=0 SPLITS="" VARIANTS="" EXTRA_ARMS="u11=cuda/include@1.1 u12=cuda/include@1.2
+#     lane=cuda/include:TRACE_KERNELS_DECODE_LANE_COPY" FUSED_ARMS="fused=cuda/include+fused
+#     u12f=cuda/include@1.2+fused" TIMELINES="1.0 1.2 1.0+fused"
 #   call B, the checks: AB=0 TIMELINES="" VARIANTS="" (425 KV GPU tests: the GQA 5 / 12 decode cases of the
 #     twenty-seventh session and the fused merge's of the twenty-eighth, not yet run on a GPU; sanitizers; RL tests)
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh

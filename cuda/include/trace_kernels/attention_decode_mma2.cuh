@@ -67,6 +67,7 @@ struct DecodeAttentionMma2Config : KvStageLayout</*TT=*/32 * WARPS_, D_ / 2, D_ 
   static constexpr bool kDynamicSmem = false;
   static constexpr bool kZeroTailScales = false;  // cp.async zero-fills every position >= end
   static constexpr bool kBulk = false;            // stages filled by LoadTile's cp.async, not bulk copies
+  using LoaderState = uint32_t;                   // unused (the bulk pipeline's lane state)
   __device__ static __forceinline__ int code_row(int tok, int) { return tok; }
   __device__ static __forceinline__ int scale_row(int tok, int) { return tok; }
 };
@@ -203,7 +204,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   DECODE_NOTE(num_tiles);
 
   // The first tiles' copies go out before q is read, so q's loads and scaling overlap their flight.
-  uint32_t loader_slot = 0;  // kBulk: this lane's page slot in the next tile it copies
+  typename Cfg::LoaderState loader_slot{};  // kBulk: this lane's page slot in the next tile it copies (and more)
   if constexpr (Cfg::kBulk) {
     Cfg::pipeline_start(smem, p, b, range, loader_slot);
   } else {

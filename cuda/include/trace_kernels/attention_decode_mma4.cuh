@@ -28,6 +28,19 @@
 
 namespace trace_kernels {
 
+// A loading lane's state across tiles (mma4's bulk pipeline): its page slot in the next tile it copies and, with
+// TRACE_KERNELS_DECODE_LANE_COPY (an A/B candidate, profiling/decode_ab.py NAME=DIR:MACRO), its copy's constants,
+// computed once in bulk_start instead of in every tile.
+struct Mma4LaneCopy {
+  uint32_t next_slot;
+#ifdef TRACE_KERNELS_DECODE_LANE_COPY
+  uint32_t dst;          // the run's offset in a stage
+  uint32_t token_bytes;  // the array's bytes per token position; 0: this lane copies nothing
+  int run_pos;           // the run's first position in a tile
+  const uint8_t* src;    // the array
+#endif
+};
+
 // Stage rows: TT tokens x Hkv heads (TT = 32 x WARPS_PER_HEAD), in the cache's order.
 template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS_PER_HEAD_, int STAGES_>
 struct DecodeAttentionMma4Config : KvStageLayout<32 * WARPS_PER_HEAD_ * HKV_, D_ / 2, D_ / 16, 4> {
@@ -74,10 +87,11 @@ struct DecodeAttentionMma4Config : KvStageLayout<32 * WARPS_PER_HEAD_ * HKV_, D_
   __device__ static __forceinline__ int scale_row(int tok, int h) { return tok * HKV + h; }
   // The bulk-copy pipeline (decode_attention_mma2_tiles calls these when kBulk).
   static constexpr bool kBulk = true;
+  using LoaderState = Mma4LaneCopy;
   __device__ static __forceinline__ void pipeline_start(uint8_t* smem, const DecodeParams& p, int b,
-                                                        const SplitRange& r, uint32_t& next_slot);
+                                                        const SplitRange& r, LoaderState& lane);
   __device__ static __forceinline__ void pipeline_next(uint8_t* smem, const DecodeParams& p, int b,
-                                                       const SplitRange& r, int tile, uint32_t& next_slot);
+                                                       const SplitRange& r, int tile, LoaderState& lane);
 };
 
 namespace mma4_detail {
@@ -130,10 +144,55 @@ __device__ __forceinline__ void issue_share(uint8_t* stage, const DecodeParams& 
   if (lane == 0) bulk::mbar_arrive(bar);
 }
 
-// Barriers, then tiles 0 .. STAGES - 2 in flight; next_slot = this lane's page slot in tile STAGES - 1.
+#ifdef TRACE_KERNELS_DECODE_LANE_COPY
+// Copy c's constants (issue_share's, once).
+template <class Cfg>
+__device__ __forceinline__ Mma4LaneCopy lane_copy(const DecodeParams& p, int c) {
+  Mma4LaneCopy lane{};
+  if (c >= 6 * Cfg::kRuns) return lane;
+  const int array = c / Cfg::kRuns;  // K codes, V codes, K block scales, V block scales, K scale, V scale
+  const int run = c % Cfg::kRuns;
+  lane.src = array == 0 ? p.k_codes : array == 1 ? p.v_codes : array == 2 ? p.k_block_scales
+           : array == 3 ? p.v_block_scales : array == 4 ? reinterpret_cast<const uint8_t*>(p.k_scale)
+           : reinterpret_cast<const uint8_t*>(p.v_scale);
+  lane.token_bytes = array < 2 ? Cfg::HKV * Cfg::kCodeBytes : array < 4 ? Cfg::HKV * Cfg::kScaleBytes : Cfg::HKV * 4;
+  const int offset = array == 0 ? Cfg::kOffKc : array == 1 ? Cfg::kOffVc : array == 2 ? Cfg::kOffKb
+                   : array == 3 ? Cfg::kOffVb : array == 4 ? Cfg::kOffKs : Cfg::kOffVs;
+  lane.run_pos = run * Cfg::kRun;
+  lane.dst = static_cast<uint32_t>(offset + run * Cfg::kRun * static_cast<int>(lane.token_bytes));
+  return lane;
+}
+
+// copy_slot from the lane's constants.
+template <class Cfg>
+__device__ __forceinline__ uint32_t lane_copy_slot(const DecodeParams& p, int b, int pos0, int end,
+                                                   const Mma4LaneCopy& lane) {
+  const int pos = pos0 + lane.run_pos;
+  if (lane.token_bytes == 0 || pos >= end) return 0u;
+  const int* table = p.block_table + static_cast<int64_t>(b) * p.max_pages;
+  const uint32_t page = static_cast<uint32_t>(__ldg(table + pos / Cfg::P));
+  return page * Cfg::P + static_cast<uint32_t>(pos % Cfg::P);
+}
+
+// issue_share from the lane's constants.
+template <class Cfg>
+__device__ __forceinline__ void lane_issue_share(uint8_t* stage, int pos0, int end, const Mma4LaneCopy& lane,
+                                                 int lane_id) {
+  uint64_t* bar = full_bar<Cfg>(stage);
+  if (lane.token_bytes != 0 && pos0 + lane.run_pos < end) {
+    const uint32_t bytes = static_cast<uint32_t>(Cfg::kRun) * lane.token_bytes;
+    bulk::mbar_expect_tx(bar, bytes);
+    bulk::bulk_copy(stage + lane.dst, lane.src + static_cast<uint64_t>(lane.next_slot) * lane.token_bytes, bytes, bar);
+  }
+  __syncwarp();
+  if (lane_id == 0) bulk::mbar_arrive(bar);
+}
+#endif
+
+// Barriers, then tiles 0 .. STAGES - 2 in flight; lane.next_slot = this lane's page slot in tile STAGES - 1.
 template <class Cfg>
 __device__ __forceinline__ void bulk_start(uint8_t* smem, const DecodeParams& p, int b, const SplitRange& r,
-                                           uint32_t& next_slot) {
+                                           Mma4LaneCopy& lane_state) {
   static_assert(6 * Cfg::kRuns <= 32 * Cfg::kWarps, "one copy per lane at most");
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -143,6 +202,20 @@ __device__ __forceinline__ void bulk_start(uint8_t* smem, const DecodeParams& p,
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int c = copy_of_lane<Cfg>(threadIdx.x / 32, lane);
+#ifdef TRACE_KERNELS_DECODE_LANE_COPY
+  lane_state = lane_copy<Cfg>(p, c);
+#pragma unroll
+  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+    if (s < r.num_tiles) {
+      const int pos0 = r.pos_begin + s * Cfg::TT;
+      lane_state.next_slot = lane_copy_slot<Cfg>(p, b, pos0, r.pos_end, lane_state);
+      lane_issue_share<Cfg>(smem + s * Cfg::kStageBytes, pos0, r.pos_end, lane_state, lane);
+    }
+  }
+  lane_state.next_slot = Cfg::STAGES - 1 < r.num_tiles
+                             ? lane_copy_slot<Cfg>(p, b, r.pos_begin + (Cfg::STAGES - 1) * Cfg::TT, r.pos_end, lane_state)
+                             : 0u;
+#else
 #pragma unroll
   for (int s = 0; s < Cfg::STAGES - 1; ++s) {
     if (s < r.num_tiles) {
@@ -152,7 +225,8 @@ __device__ __forceinline__ void bulk_start(uint8_t* smem, const DecodeParams& p,
     }
   }
   if (Cfg::STAGES - 1 < r.num_tiles)
-    next_slot = copy_slot<Cfg>(p, b, r.pos_begin + (Cfg::STAGES - 1) * Cfg::TT, r.pos_end, c);
+    lane_state.next_slot = copy_slot<Cfg>(p, b, r.pos_begin + (Cfg::STAGES - 1) * Cfg::TT, r.pos_end, c);
+#endif
 }
 
 // At the top of iteration `tile` (the CTA barrier ending tile - 1 freed its stage): every warp issues
@@ -160,14 +234,19 @@ __device__ __forceinline__ void bulk_start(uint8_t* smem, const DecodeParams& p,
 // one tile later, so the lookup never stalls); then every thread waits for `tile`.
 template <class Cfg>
 __device__ __forceinline__ void bulk_next(uint8_t* smem, const DecodeParams& p, int b, const SplitRange& r, int tile,
-                                          uint32_t& next_slot) {
+                                          Mma4LaneCopy& lane_state) {
   const int n = tile + Cfg::STAGES - 1;
   if (n < r.num_tiles) {
     const int lane = threadIdx.x % 32;
-    const int c = copy_of_lane<Cfg>(threadIdx.x / 32, lane);
     const int pos0 = r.pos_begin + n * Cfg::TT;
-    issue_share<Cfg>(smem + (n % Cfg::STAGES) * Cfg::kStageBytes, p, pos0, r.pos_end, next_slot, c, lane);
-    if (n + 1 < r.num_tiles) next_slot = copy_slot<Cfg>(p, b, pos0 + Cfg::TT, r.pos_end, c);
+#ifdef TRACE_KERNELS_DECODE_LANE_COPY
+    lane_issue_share<Cfg>(smem + (n % Cfg::STAGES) * Cfg::kStageBytes, pos0, r.pos_end, lane_state, lane);
+    if (n + 1 < r.num_tiles) lane_state.next_slot = lane_copy_slot<Cfg>(p, b, pos0 + Cfg::TT, r.pos_end, lane_state);
+#else
+    const int c = copy_of_lane<Cfg>(threadIdx.x / 32, lane);
+    issue_share<Cfg>(smem + (n % Cfg::STAGES) * Cfg::kStageBytes, p, pos0, r.pos_end, lane_state.next_slot, c, lane);
+    if (n + 1 < r.num_tiles) lane_state.next_slot = copy_slot<Cfg>(p, b, pos0 + Cfg::TT, r.pos_end, c);
+#endif
   }
   bulk::mbar_wait(full_bar<Cfg>(smem + (tile % Cfg::STAGES) * Cfg::kStageBytes),
                   static_cast<uint32_t>(tile / Cfg::STAGES) & 1u);
@@ -179,16 +258,16 @@ template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS
 __device__ __forceinline__ void DecodeAttentionMma4Config<D_, HKV_, GROUP_, HEADS_PER_CTA_, PAGE_, WARPS_PER_HEAD_,
                                                           STAGES_>::pipeline_start(uint8_t* smem, const DecodeParams& p,
                                                                                    int b, const SplitRange& r,
-                                                                                   uint32_t& next_slot) {
-  mma4_detail::bulk_start<DecodeAttentionMma4Config>(smem, p, b, r, next_slot);
+                                                                                   LoaderState& lane) {
+  mma4_detail::bulk_start<DecodeAttentionMma4Config>(smem, p, b, r, lane);
 }
 
 template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS_PER_HEAD_, int STAGES_>
 __device__ __forceinline__ void DecodeAttentionMma4Config<D_, HKV_, GROUP_, HEADS_PER_CTA_, PAGE_, WARPS_PER_HEAD_,
                                                           STAGES_>::pipeline_next(uint8_t* smem, const DecodeParams& p,
                                                                                   int b, const SplitRange& r, int tile,
-                                                                                  uint32_t& next_slot) {
-  mma4_detail::bulk_next<DecodeAttentionMma4Config>(smem, p, b, r, tile, next_slot);
+                                                                                  LoaderState& lane) {
+  mma4_detail::bulk_next<DecodeAttentionMma4Config>(smem, p, b, r, tile, lane);
 }
 
 // LoadTile of decode_attention_mma2_tiles: unused with kBulk (the pipeline above loads the stages).
