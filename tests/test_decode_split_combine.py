@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from trace_kernels import attention, paths
+from trace_kernels import attention
+from trace_kernels.testing.host_program import compile_host_program
 
 H200_PAIRS = 2 * 132  # resident mma4l CTAs on the H200
 
@@ -56,13 +57,7 @@ int main(int argc, char** argv) {
 def roles_program(tmp_path_factory):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not on PATH")
-    folder = tmp_path_factory.mktemp("split_combine")
-    (folder / "roles.cu").write_text(HOST_PROGRAM)
-    cmd = [shutil.which("nvcc"), "-std=c++17", "-arch=sm_90a", "--expt-relaxed-constexpr",
-           f"-I{paths.include_dir()}", str(folder / "roles.cu"), "-o", str(folder / "roles")]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return folder / "roles"
+    return compile_host_program(HOST_PROGRAM, tmp_path_factory.mktemp("split_combine"), "roles")
 
 
 @pytest.mark.nvcc

@@ -3,12 +3,12 @@ split_tiles in attention_decode.cuh, compiled here for the host)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
-from trace_kernels import attention, paths
+from trace_kernels import attention
+from trace_kernels.testing.host_program import compile_host_program
 
 H200_SMS = 132
 TILE = 64
@@ -99,13 +99,7 @@ int main(int argc, char** argv) {
 
 @pytest.fixture(scope="module")
 def host_program(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("decode_cta")
-    (folder / "plan.cu").write_text(HOST_PROGRAM)
-    cmd = [shutil.which("nvcc"), "-std=c++17", "-arch=sm_90a", "--expt-relaxed-constexpr",
-           f"-I{paths.include_dir()}", str(folder / "plan.cu"), "-o", str(folder / "plan")]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return folder / "plan"
+    return compile_host_program(HOST_PROGRAM, tmp_path_factory.mktemp("decode_cta"), "plan")
 
 
 @pytest.mark.nvcc

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import ctypes
 import re
-import shutil
-import subprocess
 
 import pytest
 
 from trace_kernels import attention, kv_append, kv_cache, moe_gemm, paths
 from trace_kernels.ops import moe_pack
+from trace_kernels.testing.host_program import compile_host_program
 
 # (ctypes class, C++ type, header that defines it)
 NAMED_FIELDS = [
-    (attention._DecodeParams, "trace_kernels::DecodeParams", "trace_kernels/attention_decode.cuh"),
+    (attention._DecodeParams, "trace_kernels::DecodeParams", "trace_kernels/attention_decode_params.cuh"),
     (kv_append._GuidancePtrs, "trace_kernels::GuidancePtrs", "trace_kernels/kv_append.cuh"),
     (kv_cache._Nvfp4PagePtrs, "trace_kernels::Nvfp4PagePtrs", "trace_kernels/kv_pages.cuh"),
     (moe_pack._Columns, "trace_kernels::moe_pack::EncodeColumns", "trace_kernels/moe_pack.cuh"),
@@ -62,13 +61,8 @@ def test_ctypes_structs_match_the_kernels_structs(tmp_path):
     lines.append(f"static_assert(sizeof({cpp}) == {ctypes.sizeof(moe_gemm._Params)}, \"sizeof {cpp}\");")
     lines += [f"static_assert(offsetof({cpp}, {m}) == {8 * i}, \"{cpp}::{m} at {8 * i}\");"
               for i, m in enumerate(members)]
-    source = tmp_path / "layouts.cu"
-    source.write_text("\n".join(lines) + "\n")
-    includes = [f"-I{paths.include_dir()}"] + [f"-I{d}" for d in paths.cutlass_include_dirs()]
-    cmd = [shutil.which("nvcc"), "-std=c++17", "-arch=sm_90a", "--expt-relaxed-constexpr", *includes,
-           "-c", str(source), "-o", str(tmp_path / "layouts.o")]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    compile_host_program("\n".join(lines) + "\n", tmp_path, "layouts", object_only=True,
+                         extra_includes=tuple(paths.cutlass_include_dirs()))
 
 
 def test_a_layout_mismatch_would_fail_to_compile():
