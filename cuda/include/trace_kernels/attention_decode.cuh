@@ -28,8 +28,6 @@
 #include <math_constants.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "trace_kernels/attention_decode_params.cuh"
 #include "trace_kernels/attention_split_combine.cuh"
 #include "trace_kernels/decode_timeline.cuh"
