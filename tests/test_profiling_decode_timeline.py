@@ -1,4 +1,5 @@
-"""profiling/decode_timeline.py off the GPU: the per-CTA summary on synthetic stamps, and the stamps' compile switch."""
+"""profiling/decode_timeline.py off the GPU: the per-CTA summary on synthetic stamps, and the stamps' compile switch;
+profiling/decode_ab.py's arm syntax."""
 
 import sys
 from pathlib import Path
@@ -90,3 +91,17 @@ def test_bench_attention_heads_option(monkeypatch):
     for bad in ("40x7x128", "32x4", "32x4x128x16x1", "axbxc", "32x0x128"):
         with pytest.raises(ValueError, match="--heads"):
             bench_attention.set_heads(bad)
+
+
+def test_decode_ab_arm_syntax():
+    """profiling/decode_ab.py's --arm NAME=DIR[:MACRO,...][@RATE][+fused]."""
+    import decode_ab
+    assert decode_ab.parse_arm("base=.ab_base/cuda/include") == decode_ab.Arm("base", ".ab_base/cuda/include", [],
+                                                                             1.0, False)
+    assert decode_ab.parse_arm("u12f=cuda/include@1.2+fused") == decode_ab.Arm("u12f", "cuda/include", [], 1.2, True)
+    assert decode_ab.parse_arm("lane=cuda/include:A,B=2") == decode_ab.Arm("lane", "cuda/include", ["A", "B=2"], 1.0,
+                                                                          False)
+    assert decode_ab.parse_arm("f=inc:X@1.1+fused") == decode_ab.Arm("f", "inc", ["X"], 1.1, True)
+    for bad in ("cuda/include", "=cuda/include", "x=inc@fast"):
+        with pytest.raises(ValueError, match="--arm"):
+            decode_ab.parse_arm(bad)
