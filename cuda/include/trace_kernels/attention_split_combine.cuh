@@ -130,9 +130,9 @@ __device__ __forceinline__ void combine_splits_in_kernel(const DecodeParams& p, 
   const int ctas = max(1, min(p.combine_ctas, num_splits));
   const int cells = gridDim.x * gridDim.z;
   const int cell = b * gridDim.x + blockIdx.x;
-  __syncthreads();  // every thread's partial outputs are stored
+  __threadfence();  // this thread's partial outputs, visible device-wide before the CTA's arrival below
+  __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();  // ... and visible device-wide before this CTA's arrival (cumulative through the barrier)
     const int ticket = atomicAdd(p.combine_counters + cell, 1);
     const int j = split_combine::combiner_of_ticket(ticket, num_splits, ctas);
     if (j >= 0) split_combine::wait_for_arrivals(p.combine_counters[cell], num_splits);
@@ -141,6 +141,7 @@ __device__ __forceinline__ void combine_splits_in_kernel(const DecodeParams& p, 
   __syncthreads();
   const int j = role;
   if (j < 0) return;
+  __threadfence();  // the other CTAs' partial outputs: complete before their arrivals were counted
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int my_rows = split_combine::rows_of_combiner(rows, ctas, j);
