@@ -109,14 +109,38 @@ __device__ __forceinline__ int copy_of_lane(int warp, int lane) {
   return lane * Cfg::kWarps + warp;
 }
 
-// Page slot (page * P + offset) of copy c's run in the tile at pos0, 0 past the end or without a copy.
+// Page slot (page * P + offset) of position pos of sequence b.
+template <class Cfg>
+__device__ __forceinline__ uint32_t page_slot(const DecodeParams& p, int b, int pos) {
+  const int* table = p.block_table + static_cast<int64_t>(b) * p.max_pages;
+  const uint32_t page = static_cast<uint32_t>(__ldg(table + pos / Cfg::P));
+  return page * Cfg::P + static_cast<uint32_t>(pos % Cfg::P);
+}
+
+// Page slot of copy c's run in the tile at pos0, 0 past the end or without a copy.
 template <class Cfg>
 __device__ __forceinline__ uint32_t copy_slot(const DecodeParams& p, int b, int pos0, int end, int c) {
   const int pos = pos0 + (c % Cfg::kRuns) * Cfg::kRun;
   if (c >= 6 * Cfg::kRuns || pos >= end) return 0u;
-  const int* table = p.block_table + static_cast<int64_t>(b) * p.max_pages;
-  const uint32_t page = static_cast<uint32_t>(__ldg(table + pos / Cfg::P));
-  return page * Cfg::P + static_cast<uint32_t>(pos % Cfg::P);
+  return page_slot<Cfg>(p, b, pos);
+}
+
+// The source, bytes per token position and stage offset of array `array`: K codes, V codes, K block scales, V block
+// scales, K scale, V scale.
+struct CopyArray {
+  const uint8_t* src;
+  int token_bytes;
+  int offset;
+};
+
+template <class Cfg>
+__device__ __forceinline__ CopyArray copy_array(const DecodeParams& p, int array) {
+  return {array == 0 ? p.k_codes : array == 1 ? p.v_codes : array == 2 ? p.k_block_scales
+          : array == 3 ? p.v_block_scales : array == 4 ? reinterpret_cast<const uint8_t*>(p.k_scale)
+          : reinterpret_cast<const uint8_t*>(p.v_scale),
+          array < 2 ? Cfg::HKV * Cfg::kCodeBytes : array < 4 ? Cfg::HKV * Cfg::kScaleBytes : Cfg::HKV * 4,
+          array == 0 ? Cfg::kOffKc : array == 1 ? Cfg::kOffVc : array == 2 ? Cfg::kOffKb
+          : array == 3 ? Cfg::kOffVb : array == 4 ? Cfg::kOffKs : Cfg::kOffVs};
 }
 
 // This warp's share of the tile at pos0 (copy c of this lane; runs at or past the end are skipped,
@@ -128,17 +152,10 @@ __device__ __forceinline__ void issue_share(uint8_t* stage, const DecodeParams& 
   uint64_t* bar = full_bar<Cfg>(stage);
   const int r = c % Cfg::kRuns;
   if (c < 6 * Cfg::kRuns && pos0 + r * Cfg::kRun < end) {
-    const int array = c / Cfg::kRuns;  // K codes, V codes, K block scales, V block scales, K scale, V scale
-    const uint8_t* src = array == 0 ? p.k_codes : array == 1 ? p.v_codes : array == 2 ? p.k_block_scales
-                       : array == 3 ? p.v_block_scales : array == 4 ? reinterpret_cast<const uint8_t*>(p.k_scale)
-                       : reinterpret_cast<const uint8_t*>(p.v_scale);
-    const int token_bytes = array < 2 ? Cfg::HKV * Cfg::kCodeBytes : array < 4 ? Cfg::HKV * Cfg::kScaleBytes
-                                                                            : Cfg::HKV * 4;
-    const int offset = array == 0 ? Cfg::kOffKc : array == 1 ? Cfg::kOffVc : array == 2 ? Cfg::kOffKb
-                     : array == 3 ? Cfg::kOffVb : array == 4 ? Cfg::kOffKs : Cfg::kOffVs;
-    const uint32_t bytes = static_cast<uint32_t>(Cfg::kRun * token_bytes);
+    const CopyArray a = copy_array<Cfg>(p, c / Cfg::kRuns);
+    const uint32_t bytes = static_cast<uint32_t>(Cfg::kRun * a.token_bytes);
     bulk::mbar_expect_tx(bar, bytes);
-    bulk::bulk_copy(stage + offset + r * bytes, src + static_cast<uint64_t>(slot) * token_bytes, bytes, bar);
+    bulk::bulk_copy(stage + a.offset + r * bytes, a.src + static_cast<uint64_t>(slot) * a.token_bytes, bytes, bar);
   }
   __syncwarp();
   if (lane == 0) bulk::mbar_arrive(bar);
@@ -150,16 +167,12 @@ template <class Cfg>
 __device__ __forceinline__ Mma4LaneCopy lane_copy(const DecodeParams& p, int c) {
   Mma4LaneCopy lane{};
   if (c >= 6 * Cfg::kRuns) return lane;
-  const int array = c / Cfg::kRuns;  // K codes, V codes, K block scales, V block scales, K scale, V scale
+  const CopyArray a = copy_array<Cfg>(p, c / Cfg::kRuns);
   const int run = c % Cfg::kRuns;
-  lane.src = array == 0 ? p.k_codes : array == 1 ? p.v_codes : array == 2 ? p.k_block_scales
-           : array == 3 ? p.v_block_scales : array == 4 ? reinterpret_cast<const uint8_t*>(p.k_scale)
-           : reinterpret_cast<const uint8_t*>(p.v_scale);
-  lane.token_bytes = array < 2 ? Cfg::HKV * Cfg::kCodeBytes : array < 4 ? Cfg::HKV * Cfg::kScaleBytes : Cfg::HKV * 4;
-  const int offset = array == 0 ? Cfg::kOffKc : array == 1 ? Cfg::kOffVc : array == 2 ? Cfg::kOffKb
-                   : array == 3 ? Cfg::kOffVb : array == 4 ? Cfg::kOffKs : Cfg::kOffVs;
+  lane.src = a.src;
+  lane.token_bytes = static_cast<uint32_t>(a.token_bytes);
   lane.run_pos = run * Cfg::kRun;
-  lane.dst = static_cast<uint32_t>(offset + run * Cfg::kRun * static_cast<int>(lane.token_bytes));
+  lane.dst = static_cast<uint32_t>(a.offset + run * Cfg::kRun * a.token_bytes);
   return lane;
 }
 
@@ -169,9 +182,7 @@ __device__ __forceinline__ uint32_t lane_copy_slot(const DecodeParams& p, int b,
                                                    const Mma4LaneCopy& lane) {
   const int pos = pos0 + lane.run_pos;
   if (lane.token_bytes == 0 || pos >= end) return 0u;
-  const int* table = p.block_table + static_cast<int64_t>(b) * p.max_pages;
-  const uint32_t page = static_cast<uint32_t>(__ldg(table + pos / Cfg::P));
-  return page * Cfg::P + static_cast<uint32_t>(pos % Cfg::P);
+  return page_slot<Cfg>(p, b, pos);
 }
 
 // issue_share from the lane's constants.
