@@ -1,8 +1,8 @@
 """How often an RL step moves an expert's amax: the fraction of routed-expert weight tensors (per expert) whose
 max |w| differs from the previous refit's, over the refits of a `trace-rl train` run on this machine (CPU or GPU),
 beside the fraction of the weights themselves that changed.
-Refit v7 (docs/toolchain.md, "refit v7") quantizes with the previous refit's scale as a guess; this is how often
-that guess fails on a real run of this project's RL loop.
+The speculative refits (v8, v9; docs/toolchain.md, "refit v7" and "refit v8 and v9") quantize with the previous
+refit's scale as a guess; this is how often that guess fails on a real run of this project's RL loop.
 
     python profiling/amax_moves.py --config rl/configs/default.toml --steps 40 --out runs/amax_moves
     (extra arguments after --set go to the config like `trace-rl train --set`)

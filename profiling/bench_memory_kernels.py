@@ -18,7 +18,7 @@ previous call's); "steady" (--no-refit-steady skips it): sets that are one exper
 steps (most elements moved by about 1%, every expert's largest |w| kept), as an RL policy sync sees them from step to
 step; and "mixed" (--refit-mixed FRACTION, 0 skips it): the steady sets with the amax of about that fraction of the
 experts moved from one call to the next (the default config's RL loop moves 24% per step, profiling/amax_moves.py;
-its rows carry the fraction measured over the rotation). Refit v7, v8 and v9 (the default) take the previous call's
+its rows carry the fraction measured over the rotation). Refit v8 and v9 (the default) take the previous call's
 scales as a guess: fresh weights are their worst case, steady ones their usual one.
 Copy = torch copy_ of the same input bytes (read + write counted). Target: >= 85% of the copy
 bandwidth at >= 64 MB.
@@ -51,12 +51,11 @@ from trace_kernels.testing.weight_sets import mixed_weight_sets, steady_weight_s
 D = 2048
 REFIT_N, REFIT_K = 1536, 2048
 MB = 1 << 20
-SWEEP_SIZES = (256 * MB,)
 
 
 def wanted(args, op: str, name: str = "") -> bool:
     """--select: comma list of `op` or `op:variant` (op: quantize, guided_fake_quantize, refit_weights,
-    refit_sweep, quantize_cta); --skip the same. The copy always runs (every percentage is relative to it)."""
+    quantize_cta); --skip the same. The copy always runs (every percentage is relative to it)."""
     def hit(patterns):
         return any(p in (op, f"{op}:{name}") for p in patterns)
     select = [p for p in args.select.split(",") if p]
@@ -73,17 +72,6 @@ def variant(module, name: str):
         yield
     finally:
         module.VARIANT = saved
-
-
-@contextlib.contextmanager
-def v6_threads(threads: int | None):
-    """Launch refit v6 with `threads` per CTA inside the block (codegen V6_THREADS; None: unchanged)."""
-    saved = codegen_refit.V6_THREADS
-    codegen_refit.V6_THREADS = threads or saved
-    try:
-        yield
-    finally:
-        codegen_refit.V6_THREADS = saved
 
 
 @contextlib.contextmanager
@@ -170,17 +158,12 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
     for v in codegen_refit.VARIANTS:
         if not wanted(args, "refit_weights", v):
             continue
-        options = [(t, True) for t in args.refit_v6_threads] if v == "v6" else [(None, True)]
-        if v == "v8":  # with phase 1 as a programmatic dependent launch (the default) and as an ordinary one
-            options = [(None, pdl) for pdl in args.refit_v8_pdl]
-        for threads, pdl in options:
+        pdls = args.refit_v8_pdl if v == "v8" else [True]  # v8: phase 1 as a programmatic dependent and as an ordinary launch
+        for pdl in pdls:
             refit.V8_PDL = pdl
-            with variant(codegen_refit, v), v6_threads(threads):
+            with variant(codegen_refit, v):
                 extra = {"variant": v, **shape}
                 label = v
-                if threads is not None:
-                    extra["threads"] = threads
-                    label += "" if threads == 768 else f" t{threads}"
                 if v == "v8":
                     extra["pdl"] = pdl
                     label += "" if pdl else " nopdl"
@@ -199,22 +182,6 @@ def bench_size(size: int, l2: int, args) -> list[dict]:
                            time_graph(lambda i: ops.refit_weights(mixed[i], buffers), w_sets), r_bytes,
                            {**extra, "inputs": "mixed", "moved_fraction": moved})
         refit.V8_PDL = True
-    if size in SWEEP_SIZES and wanted(args, "refit_sweep"):  # v1: experts refitted at once (groups); default "auto"
-        from trace_kernels.runtime import driver, kernel_for
-        with variant(codegen_refit, "v1"):
-            spec = codegen_refit.spec("bf16")
-            per_sm = kernel_for(spec).max_active_blocks_per_sm(0, spec.launch["threads"])
-            resident = per_sm * driver.multiprocessor_count(0)
-            for groups in (1, 2, 4, 8, 16):
-                if groups > experts:
-                    break
-                refit.PLAN_OVERRIDE = (groups * (resident // groups), resident // groups)
-                try:
-                    record(f"refit_weights groups={groups} [v1]",
-                           time_graph(lambda i: ops.refit_weights(ws[i], buffers), w_sets), r_bytes,
-                           {"variant": "v1", **shape})
-                finally:
-                    refit.PLAN_OVERRIDE = None
     del ws, steady, mixed, buffers
     torch.cuda.empty_cache()
     return results
@@ -254,8 +221,6 @@ def main(argv=None) -> int:
                         help="guided v7's (threads per CTA, CTAs per SM) for these modes, e.g. full_counters=128x4; "
                              "a third number: v3's loop with that many blocks per thread and pass (codegen's "
                              "V7_GEOMETRY)")
-    parser.add_argument("--refit-v6-threads", default=str(codegen_refit.V6_THREADS), metavar="N,...",
-                        help=f"refit v6's threads per CTA, one row each (of {codegen_refit.V6_THREAD_CHOICES})")
     parser.add_argument("--no-refit-steady", dest="refit_steady", action="store_false",
                         help="skip the refit rows on steady weights (an RL step's: every expert's amax kept)")
     parser.add_argument("--refit-mixed", type=float, default=0.25, metavar="FRACTION",
@@ -266,7 +231,6 @@ def main(argv=None) -> int:
                              "each")
     parser.add_argument("--out", default="profiling/results/memory_kernels_h200.json")
     args = parser.parse_args(argv)
-    args.refit_v6_threads = [int(t) for t in args.refit_v6_threads.split(",") if t]
     args.refit_v8_pdl = [bool(int(p)) for p in args.refit_v8_pdl.split(",") if p]
     for item in (i for i in args.guided_v7_geometry.split(",") if i):
         mode, geometry = item.split("=")

@@ -83,9 +83,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("case", help="case[:variant]")
     parser.add_argument("--mb", type=int, default=64, help="input size in MB")
-    parser.add_argument("--v6-threads", type=int, default=codegen_refit.V6_THREADS, help="refit v6's threads per CTA")
     args = parser.parse_args(argv)
-    codegen_refit.V6_THREADS = args.v6_threads
     case, _, name = args.case.partition(":")
     module = MODULES.get(case, codegen_guided)
     with launched_variant(module, None if case.startswith("kv_append") else name or None):

@@ -75,8 +75,7 @@ def test_tiling_covers_rows():
 def test_variants_are_named_and_selectable(monkeypatch):
     """v1 keeps its measured name; other variants add their tag; VARIANT picks the default launch."""
     for module, make in ((quantize, lambda v: quantize.spec("bf16", 2048, v)),
-                         (guided_fake_quantize, lambda v: guided_fake_quantize.spec("bf16", 2048, v)),
-                         (refit_weights, lambda v: refit_weights.spec("bf16", v))):
+                         (guided_fake_quantize, lambda v: guided_fake_quantize.spec("bf16", 2048, v))):
         assert module.VARIANT in module.VARIANTS and module.VARIANTS[:2] == ("v1", "v2")
         v1, v2 = make("v1"), make("v2")
         assert "_v2_" in v2.name and "_v2_" not in v1.name and v1.render() != v2.render()
@@ -87,33 +86,30 @@ def test_variants_are_named_and_selectable(monkeypatch):
             make("v99")
 
 
-def test_refit_v6_threads_name_their_kernel(monkeypatch):
-    """v6 at 768 threads keeps its measured name; other thread counts are kernels of their own."""
-    assert refit_weights.spec("bf16", "v6").launch["threads"] == refit_weights.V6_THREADS
-    monkeypatch.setattr(refit_weights, "V6_THREADS", 768)
-    v6 = refit_weights.spec("bf16", "v6")
-    assert v6.name == "nvfp4_refit_weights_bf16_v6_sm90a" and v6.launch["threads"] == 768
-    monkeypatch.setattr(refit_weights, "V6_THREADS", 384)
-    t384 = refit_weights.spec("bf16", "v6")
-    assert t384.name == "nvfp4_refit_weights_bf16_v6_t384_sm90a" and t384.launch["threads"] == 384
-    assert "__launch_bounds__(384, 1)" in t384.render() and "/*CTA=*/384" in t384.render()
-    assert refit_weights.spec("bf16", "v2").launch["threads"] == refit_weights.CTA  # other variants ignore it
-    monkeypatch.setattr(refit_weights, "V6_THREADS", 300)
-    with pytest.raises(ValueError, match="300 threads"):
+def test_refit_variants_name_their_kernels():
+    """The refit variants kept after the H200 A/Bs, each its own kernel; a removed one is refused by name."""
+    assert refit_weights.VARIANTS == ("v2", "v8", "v9") and refit_weights.VARIANT in refit_weights.VARIANTS
+    for variant in refit_weights.VARIANTS:
+        spec = refit_weights.spec("bf16", variant)
+        assert spec.name == f"nvfp4_refit_weights_bf16_{variant}_sm90a"
+        assert f"/*VARIANT=*/{variant[1:]}>" in spec.render() and spec.launch["variant"] == variant
+    with pytest.raises(ValueError, match="v6"):
         refit_weights.spec("bf16", "v6")
 
 
-@pytest.mark.parametrize("value,expect", [("v7", "nvfp4_refit_weights_bf16_v7_sm90a"),
-                                          ("v10", "nvfp4_refit_weights_bf16_v10_sm90a"),
-                                          ("v11", "nvfp4_refit_weights_bf16_v11_sm90a"),
+@pytest.mark.parametrize("value,expect", [("v2", "nvfp4_refit_weights_bf16_v2_sm90a"),
+                                          ("v8", "nvfp4_refit_weights_bf16_v8_sm90a"),
+                                          ("v7", "TRACE_KERNELS_REFIT_VARIANT"),
                                           ("v12", "TRACE_KERNELS_REFIT_VARIANT")])
 def test_refit_variant_from_the_environment(value, expect):
-    """TRACE_KERNELS_REFIT_VARIANT picks refit_weights' default launch when the module loads; an unknown one raises."""
+    """TRACE_KERNELS_REFIT_VARIANT picks refit_weights' default launch when the module loads; an unknown or removed one
+    raises."""
     code = "from trace_kernels.codegen.ops import refit_weights as r; print(r.spec('bf16').name)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={**os.environ, "TRACE_KERNELS_REFIT_VARIANT": value})
-    assert expect in (result.stdout if value != "v12" else result.stderr)
-    assert (result.returncode == 0) == (value != "v12")
+    known = value in refit_weights.VARIANTS
+    assert expect in (result.stdout if known else result.stderr)
+    assert (result.returncode == 0) == known
 
 
 @pytest.mark.parametrize("value,expect", [("v2", "nvfp4_refit_packed_bf16_v2_g2_sm90a"),
@@ -220,7 +216,7 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
              guided_fake_quantize.spec("bf16", 32, "v7", "compact_counters"),
              guided_fake_quantize.spec("f16", 32, "v7", "full"),
              guided_fake_quantize.spec("bf16", 32, "v7", "full_counters"),
-             refit_weights.spec("f32", "v2"), refit_weights.spec("bf16", "v3")]
+             refit_weights.spec("f32", "v2"), refit_weights.spec("bf16", "v8")]
     entries = jit.build_all(specs, jobs=2)
     for spec, entry in zip(specs, entries):
         assert entry.is_valid() and entry.cubin.read_bytes()[:4] == b"\x7fELF", spec.name

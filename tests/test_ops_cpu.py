@@ -110,66 +110,6 @@ def test_counter_pool_grows_keeps_old_buffers_and_never_allocates_when_told_not_
     assert big.numel() > small.numel() and _common._retired_counters == [small]  # graphs may still use the old one
 
 
-def test_refit_plan_keeps_every_cta_resident(monkeypatch):
-    """The cooperative grid never exceeds what fits; groups follow tiles, experts and the L2."""
-    import importlib
-    import types
-    refit = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(refit.driver, "multiprocessor_count", lambda device: 132)
-    monkeypatch.setattr(refit.torch.cuda, "get_device_properties",
-                        lambda device: types.SimpleNamespace(L2_cache_size=60 << 20))
-    kernel = types.SimpleNamespace(max_active_blocks_per_sm=lambda device, threads: 3)  # 396 resident
-    tile = 16384
-    grid, per_group = refit.plan(0, kernel, tile, experts=128, per_expert=1536 * 2048, elem_bytes=2)
-    assert grid <= 396 and grid % per_group == 0 and per_group >= 192  # one tile per CTA: 192 tiles
-    grid, per_group = refit.plan(0, kernel, tile, experts=1, per_expert=64 * 64, elem_bytes=2)
-    assert (grid, per_group) == (396, 396)  # a single expert: one group of every resident CTA
-    grid, per_group = refit.plan(0, kernel, tile, experts=64, per_expert=16 * 16, elem_bytes=2)
-    assert grid // per_group == 64 and grid <= 396  # tiny experts: one group each
-    grid, per_group = refit.plan(0, kernel, tile, experts=8, per_expert=4096 * 8192, elem_bytes=2)
-    assert (grid, per_group) == (396, 396)  # an expert larger than half the L2: one at a time
-    # v3: every resident CTA, chunks of ~L2/5 (at least one expert, at most all of them)
-    assert refit.plan_v3(0, kernel, experts=128, per_expert=1536 * 2048, elem_bytes=2) == (396, 2)
-    assert refit.plan_v3(0, kernel, experts=8, per_expert=4096 * 8192, elem_bytes=2) == (396, 1)
-    assert refit.plan_v3(0, kernel, experts=3, per_expert=64 * 64, elem_bytes=2) == (396, 3)
-
-
-def test_refit_v6_plan_fits_shared_memory(monkeypatch):
-    """v6: one CTA per SM; each warp's slots of its slice fit the opt-in shared memory (at least 3,
-    else None: v2 runs); lag = (stages - 1) // 2. At 768 threads (24 warps), then at 384 and 256."""
-    import importlib
-    import types
-    refit = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(refit.driver, "multiprocessor_count", lambda device: 132)
-    monkeypatch.setattr(refit.torch.cuda, "get_device_properties",
-                        lambda device: types.SimpleNamespace(shared_memory_per_block_optin=232448))
-    asked = []
-
-    class Kernel:  # hashable: resident_ctas memoizes on it
-        def allow_dynamic_smem(self, device, smem):
-            asked.append(smem)
-
-        def max_active_blocks_per_sm(self, device, threads, smem):
-            return int(smem <= 230400)
-
-    kernel = Kernel()
-    monkeypatch.setattr(refit.codegen_refit, "V6_THREADS", 768)
-    # Qwen3-30B-A3B gate_up: 196608 blocks per expert over 3168 warps = 63 blocks (2016 B, slots of 2048 B)
-    assert refit.plan_v6(0, kernel, 128, 1536 * 2048, 2) == (132, 4, 1, 24 * 4 * 2048) and asked[-1] == 196608
-    # its down projection: 32 blocks, slots of 1024 B, the most stages
-    assert refit.plan_v6(0, kernel, 128, 2048 * 768, 2) == (132, 8, 3, 24 * 8 * 1024)
-    assert refit.plan_v6(0, kernel, 128, 3072 * 4096, 2) is None  # 235B gate_up: 8 KB slices
-    assert refit.plan_v6(0, kernel, 1, 16, 4) == (132, 8, 3, 24 * 8 * 128)  # one block: slots of 128 B
-    monkeypatch.setattr(refit, "PLAN_OVERRIDE", (200, 3))
-    assert refit.plan_v6(0, kernel, 4, 64 * 64, 2) is None  # 200 CTAs cannot all be resident on 132 SMs
-    monkeypatch.setattr(refit, "PLAN_OVERRIDE", None)
-    # fewer warps per CTA: larger slices, the same shared memory per stage (125 and 187 blocks of the 30B gate_up)
-    monkeypatch.setattr(refit.codegen_refit, "V6_THREADS", 384)
-    assert refit.plan_v6(0, kernel, 128, 1536 * 2048, 2) == (132, 4, 1, 12 * 4 * 4096)
-    monkeypatch.setattr(refit.codegen_refit, "V6_THREADS", 256)
-    assert refit.plan_v6(0, kernel, 128, 1536 * 2048, 2) == (132, 4, 1, 8 * 4 * 6016)
-
-
 # ---------------------------------------------------------------------------------------------
 # The bit-pattern selection of guided_fake_quantize v2 (cuda/include/trace_kernels/
 # guided_fake_quantize.cuh: guided_compact_bits, guided_full_bits), ported line for line to int64

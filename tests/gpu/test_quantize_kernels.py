@@ -21,7 +21,6 @@ from trace_kernels.codegen.ops import refit_weights as codegen_refit
 from trace_kernels.ops.guided_fake_quantize import reference_counters
 from trace_kernels.runtime import capture_graph
 from trace_kernels.runtime import kernel as runtime_kernel
-from trace_kernels.runtime import kernel_for as runtime_kernel_for
 
 pytestmark = pytest.mark.gpu
 
@@ -288,96 +287,10 @@ def test_refit_experts_off_the_fast_scale_range(refit_variant, dtype):
     _refit_check(6, 40, 512, dtype, seed=5, off_fast_range=True)
 
 
-@pytest.mark.parametrize("grid,per_group", [(6, 2), (7, 2), (5, 5)])
-def test_refit_forced_plans(monkeypatch, grid, per_group):
-    """Many tiles per CTA (re-read path), a leftover CTA outside any group, one group for all."""
-    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", "v1")  # the plan is v1's (cooperative groups)
-    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, per_group))
-    _refit_check(3, 1024, 1024, torch.bfloat16, seed=grid)
-
-
-@pytest.mark.parametrize("grid,chunk", [(5, 1), (7, 2), (3, 5)])
-def test_refit_v3_forced_plans(monkeypatch, grid, chunk):
-    """v3 with many tiles per CTA per chunk, chunks of 1 / 2 / all experts, a partial last chunk."""
-    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", "v3")
-    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, chunk))
-    _refit_check(5, 256, 1024, torch.bfloat16, seed=grid * 10 + chunk)
-
-
-@pytest.mark.parametrize("grid,chunk", [(1, 1), (3, 2), (7, 5), (2, 3)])
-def test_refit_v5_forced_plans(monkeypatch, grid, chunk):
-    """v5's work queue with one CTA (every quantize item waits on amax items the same CTA ran), a few
-    CTAs, chunks of 1 / 2 / all experts and a partial last chunk."""
-    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", "v5")
-    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, chunk))
-    _refit_check(5, 256, 1024, torch.bfloat16, seed=grid * 10 + chunk)
-    _refit_check(3, 7, 96, torch.bfloat16, seed=grid + chunk)  # one partial tile per expert
-
-
-@pytest.mark.parametrize("grid,experts,n,k", [(3, 5, 64, 1024), (7, 3, 100, 96), (1, 2, 33, 2048)])
-def test_refit_v4_forced_plans(monkeypatch, grid, experts, n, k):
-    """v4 with few CTAs: many tiles per CTA, a long lag (buffers reused many times), partial last tiles."""
-    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", "v4")
-    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, 0))
-    spec = codegen_refit.spec(torch.bfloat16)
-    kernel = runtime_kernel_for(spec)
-    plan = refit_module.plan_v4(0, kernel, experts, n * k, spec.launch["tile_half_blocks"] * 8, 2)
-    assert plan is not None and plan[0] == grid, plan  # v4 runs, not the v2 fallback
-    _refit_check(experts, n, k, torch.bfloat16, seed=grid * 10 + experts)
-
-
-@pytest.mark.parametrize("grid,stages,experts,n,k,dtype", [
-    (1, 3, 9, 33, 96, torch.bfloat16),     # one CTA, 3 slots (lag 1), a short last slice, empty ones
-    (2, 8, 21, 64, 256, torch.bfloat16),   # 8 slots (lag 3), more experts than the CTA's 16 amax slots
-    (5, 4, 20, 7, 48, torch.float32),      # 21 blocks for 120 warps: most slices empty
-    (3, 5, 17, 100, 160, torch.float16),   # 5 slots (lag 2)
-])
-def test_refit_v6_forced_plans(monkeypatch, grid, stages, experts, n, k, dtype):
-    """v6 with few CTAs: every warp's ring reused many times, each lag, empty and partial slices."""
-    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", "v6")
-    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, stages))
-    kernel = runtime_kernel_for(codegen_refit.spec(dtype))
-    plan = refit_module.plan_v6(0, kernel, experts, n * k, torch.empty((), dtype=dtype).element_size())
-    assert plan is not None and plan[:3] == (grid, stages, (stages - 1) // 2), plan  # v6 runs, not v2
-    _refit_check(experts, n, k, dtype, seed=grid * 10 + experts)
-
-
-@pytest.mark.parametrize("threads", [256, 512, 768])
-def test_refit_v6_threads(monkeypatch, threads):
-    """v6 at the other thread counts (V6_THREADS, the default, runs every other v6 test): the real grid, and a
-    forced plan of 2 CTAs x 3 slots whose slices span several passes of a warp's quantize loop, bit for bit."""
-    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", "v6")
-    monkeypatch.setattr(codegen_refit, "V6_THREADS", threads)
-    kernel = runtime_kernel_for(codegen_refit.spec(torch.bfloat16))
-    assert refit_module.plan_v6(0, kernel, 6, 512 * 2048, 2) is not None  # v6 runs, not v2
-    _refit_check(6, 512, 2048, torch.bfloat16, seed=threads)
-    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (2, 3))
-    assert refit_module.plan_v6(0, kernel, 7, 150 * 272, 2)[:3] == (2, 3, 1)
-    _refit_check(7, 150, 272, torch.bfloat16, seed=threads + 1)  # a short last slice
-
-
-def test_refit_v6_falls_back_to_v2(monkeypatch):
-    """Slices too large for three slots per warp (Qwen3-235B-A22B's gate_up on the real grid, 22 KB
-    per warp on one CTA) run v2, bit for bit."""
-    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", "v6")
-    kernel = runtime_kernel_for(codegen_refit.spec(torch.bfloat16))
-    assert refit_module.plan_v6(0, kernel, 128, 3072 * 4096, 2) is None
-    monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (1, 0))
-    assert refit_module.plan_v6(0, kernel, 2, 256 * 1024, 2) is None
-    _refit_check(2, 256, 1024, torch.bfloat16, seed=11)
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_refit_after_a_small_update(refit_variant, dtype):
-    """A second refit of weights after an RL-like step into the same buffers (v7 takes the scales they hold as its
-    guess): experts whose amax did not move (guess right), grew (a tile disproves it), shrank (every tile writes with
+    """A second refit of weights after an RL-like step into the same buffers (v8 and v9 take the scales they hold as
+    their guess): experts whose amax did not move (guess right), grew (a tile disproves it), shrank (every tile writes with
     the stale scale, the second pass rewrites them), an all-zero one, and one beyond the fast block path's range."""
     experts, n, k = 6, 48, 1024
     w, buffers = _refit_check(experts, n, k, dtype, seed=11)
@@ -409,40 +322,22 @@ def test_refit_v8_second_launch_plain(monkeypatch, dtype):
     test_refit_after_a_small_update("v8", dtype)
 
 
-@pytest.mark.parametrize("variant", ["v10", "v11"])
-@pytest.mark.parametrize("grid", [1, 3, None, 4096])
 @pytest.mark.parametrize("experts, n, k", [(6, 48, 1024), (40, 8, 32), (3, 300, 2048)])
-def test_refit_v10_v11_grids_and_counters(monkeypatch, variant, grid, experts, n, k):
-    """v10 and v11 over several refits into the same buffers (the first into poisoned buffers: no guess, then a small
-    step, then weights whose amax all moved, then the same weights into poisoned codes and block scales: every guess
-    holds, so phase 0 must write every tile), with one CTA, a few, one wave (None) and more CTAs than fit at once
-    (v10's grid; v11's requantize wave): every refit bit-exact. v10 claims tiles and requantize items from running CTAs
-    only, so it needs no co-residency; its counters (header, arrivals, failed list) are zero again after every
-    launch. v11's epoch moves on by one per refit and its count of CTAs that left returns to zero."""
-    refit_module = importlib.import_module("trace_kernels.ops.refit_weights")
-    monkeypatch.setattr(codegen_refit, "VARIANT", variant)
-    if grid is not None:
-        monkeypatch.setattr(refit_module, "PLAN_OVERRIDE", (grid, 0))
-    g = torch.Generator().manual_seed(experts * 7 + (grid or 0))
+def test_refit_sequence_into_the_same_buffers(refit_variant, experts, n, k):
+    """Several refits into the same buffers: the first into poisoned buffers (no guess), then a small step (half the
+    experts keep their weights), then weights whose amax all moved, then the same weights into poisoned codes and block
+    scales (every guess holds, so the first pass must write every tile); every refit bit-exact."""
+    g = torch.Generator().manual_seed(experts * 7 + k)
     w = torch.randn(experts, n, k, generator=g).to(torch.bfloat16)  # [E, N, K]
     step = (w.float() * (1 + 1e-3 * torch.randn(experts, n, k, generator=g))).to(torch.bfloat16)
-    step[::2] = w[::2]  # half the experts keep their weights (and amax), the others move a little
+    step[::2] = w[::2]
     moved = torch.randn(experts, n, k, generator=g).to(torch.bfloat16)
     buffers = ops.allocate_refit_buffers(experts, n, k, "cuda")
-    epoch = int(refit_module.destination_counters(buffers.scale, "v11")[0]) if variant == "v11" else 0
     for weights, poisoned in ((w, ("codes", "block_scales", "scale")), (step, ()), (moved, ()),
                               (moved, ("codes", "block_scales"))):
         for name in poisoned:
             getattr(buffers, name).view(torch.uint8).fill_(0xFF)
         ops.refit_weights(weights.cuda(), buffers)
-        torch.cuda.synchronize()
-        if variant == "v10":
-            counters = refit_module.v10_counters(buffers.scale)[:refit_module.V10_HEADER + 2 * experts]  # amax bits: any
-            assert not bool(counters.any()), f"counters left non-zero: {counters.tolist()}"
-        else:
-            epoch += 1
-            counters = refit_module.destination_counters(buffers.scale, "v11")
-            assert counters[:2].tolist() == [epoch, 0], "epoch, CTAs that left"
         for e in range(experts):
             ref = nvfp4.quantize(weights[e], scale="tensor")
             assert_same_bits(buffers.codes[e], ref.codes, f"codes[{e}]")
@@ -518,7 +413,7 @@ def test_nonfinite_flag_guided_and_refit(guided_variant, refit_variant):
     ops.refit_weights(w2, buffers)
     with pytest.raises(ValueError, match=r"refit_weights .* 1 non-finite .* row 12, column 5"):
         ops.raise_on_nonfinite()
-    if refit_variant in ("v7", "v8", "v9", "v10", "v11"):  # their first pass may have written part of the bad expert
+    if refit_variant in ("v8", "v9"):  # their first pass may have written part of the bad expert
         assert bool((buffers.block_scales[1].view(torch.uint8) == 0x7F).all())
     else:
         assert torch.equal(buffers.codes[1], before)  # the bad expert keeps its previous weights

@@ -18,7 +18,7 @@
 
 #include "trace_kernels/pdl.cuh"
 #include "trace_kernels/refit_packed.cuh"
-#include "trace_kernels/refit_weights_v8.cuh"
+#include "trace_kernels/refit_weights_speculative.cuh"
 
 namespace trace_kernels::refit_packed {
 
@@ -75,7 +75,7 @@ __device__ __forceinline__ void speculate_pack(const typename Cfg::T* __restrict
           record_words[rec] = __float_as_uint(amax) & 0x7fffffffu;  // NaN bits stay above every finite amax
           if (rc.t == 0 && rc.c == 0) ws_guesses(ws)[rc.e] = __float_as_uint(guess);
         }
-        if (!refit_v7_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess)
+        if (!refit_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess)
           return;  // phase 3 packs this expert
         if (x.fast) pack_record<Cfg, true>(stage, table, codes, block_scales, rec, x, lane, block_amax);
         else pack_record<Cfg, false>(stage, table, codes, block_scales, rec, x, lane, block_amax);
@@ -95,7 +95,7 @@ __device__ __forceinline__ void settle_experts(uint32_t* __restrict__ ws, int ex
   if (threadIdx.x != 0) return;
   for (int i = 1; i < kWarps; ++i) amax = nvfp4::fmax_nan(amax, warp_amax[i]);
   const float guess = __uint_as_float(__ldcg(ws_guesses(ws) + e));
-  const bool held = nvfp4::is_finite(amax) && refit_v7_guess_valid(guess) &&
+  const bool held = nvfp4::is_finite(amax) && refit_guess_valid(guess) &&
                     __fdiv_rn(amax, nvfp4::kGlobalDivisor) == guess;
   ws_settled(ws, experts)[2 * e] = __float_as_uint(amax);
   ws_settled(ws, experts)[2 * e + 1] = held ? 0u : 1u;  // 1: phase 3 repacks it (refit_next_failed_expert)

@@ -20,7 +20,5 @@ def memory_kernel_specs() -> list[KernelSpec]:
                                   for t in DTYPES for d in GUIDED_DIMS for mode in guided_fake_quantize.MODES)}
     specs += guided.values()  # by name: one kernel serves several modes (v5 / v6 launch v4's for most)
     specs += [refit_weights.spec(t, v) for v in refit_weights.VARIANTS for t in DTYPES]
-    specs += [refit_weights.spec(t, "v6", n) for n in refit_weights.V6_THREAD_CHOICES for t in DTYPES
-              if n != refit_weights.V6_THREADS]  # bench_memory_kernels.py --refit-v6-threads, test_refit_v6_threads
     specs += [refit_packed.spec(t, g, v) for v in refit_packed.VARIANTS for t in DTYPES for g in (1, 2)]
     return specs
