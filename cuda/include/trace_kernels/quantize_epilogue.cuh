@@ -198,14 +198,6 @@ __device__ __forceinline__ uint32_t classify_pair_nibbles(uint32_t w, const uint
   return m | (c.sign >> 12);
 }
 
-// classify_pair_nibbles with the two nibbles packed into bits 0..7.
-template <typename T>
-__device__ __forceinline__ uint32_t classify_pair(uint32_t w, const uint32_t (&b)[7], bool want_value,
-                                                  uint32_t& value_pair) {
-  const uint32_t c = classify_pair_nibbles<T>(w, b, want_value, value_pair);
-  return (c | (c >> 12)) & 0xFFu;
-}
-
 // Four classify_pair_nibbles results (elements 2i at bits 0..3, 2i+1 at 16..19 of c[i]) -> 8 codes
 // in 5 instructions: c0 | c1 << 8 has e0 e2 e1 e3 at nibbles 0 2 4 6, folding the high half down by
 // 12 bits interleaves them into e0 e1 e2 e3 (no bits overlap, so the adds are ors), and one byte
@@ -233,47 +225,8 @@ __device__ __forceinline__ PackedThresholds<T> packed_thresholds(const nvfp4::Bl
   return p;
 }
 
-// Packed classification of 4 words (8 elements) against a block's thresholds; dq as in
-// quantize_vec8 (value * b is exact in BF16, so the packed multiply's rounding never acts).
-template <typename T>
-__device__ __forceinline__ uint32_t classify_words(const uint4& raw, const PackedThresholds<T>& p, float block_scale,
-                                                   bool want_dq, uint4& dq) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t codes = 0;
-  uint32_t values[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) codes |= classify_pair<T>(w[i], p.b, want_dq, values[i]) << (8 * i);
-  if (want_dq) {
-    const __nv_bfloat162 scale = __float2bfloat162_rn(block_scale);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __nv_bfloat162 h = __hmul2(Vec8<__nv_bfloat16>::as_pair(values[i]), scale);
-      values[i] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-    dq = make_uint4(values[0], values[1], values[2], values[3]);
-  }
-  return codes;
-}
-
-// Codes (and optionally the BF16 "code x block scale" operand) of one Vec8 half block.
-template <typename T>
-__device__ __forceinline__ uint32_t quantize_vec8(const Vec8<T>& v, const nvfp4::BlockStep& step, bool want_dq,
-                                                  uint4& dq) {
-  if constexpr (sizeof(T) == 2) {
-    if (step.d != 0.f) {
-      const PackedThresholds<T> p = packed_thresholds<T>(step);
-      if (p.ok) return classify_words<T>(v.raw, p, step.scale, want_dq, dq);
-    }
-  }
-  float f[8];
-  v.to_float(f);
-  const uint32_t codes = quantize_half_block(f, step).codes;
-  if (want_dq) dq = dequant_half_block_bf16(codes, step.scale);
-  return codes;
-}
-
-// classify_words with the nibbles packed by pack_nibble_pairs (the v2 kernels' form; v1 keeps
-// classify_words as measured).
+// Packed classification of 4 words (8 elements) against a block's thresholds, the nibbles packed by
+// pack_nibble_pairs; dq: value(code) * block scale in BF16 (exact, so the packed multiply's rounding never acts).
 template <typename T>
 __device__ __forceinline__ uint32_t classify_words_packed(const uint4& raw, const PackedThresholds<T>& p,
                                                           float block_scale, bool want_dq, uint4& dq) {
@@ -295,7 +248,7 @@ __device__ __forceinline__ uint32_t classify_words_packed(const uint4& raw, cons
 }
 
 // A whole block (two Vec8 halves) with one threshold computation: codes of elements 0..7 in .x,
-// 8..15 in .y. Same results as quantize_vec8 on each half; half the per-block work.
+// 8..15 in .y.
 template <typename T>
 __device__ __forceinline__ uint2 quantize_block16(const Vec8<T>& lo, const Vec8<T>& hi, const nvfp4::BlockStep& step,
                                                   bool want_dq, uint4& dq_lo, uint4& dq_hi) {

@@ -10,29 +10,6 @@ namespace trace_kernels {
 template <typename T>
 struct Vec8;  // 8 contiguous elements of T, loaded with 16-byte accesses
 
-// L2 eviction-priority policies (sm_80+) for loads that carry a cache hint: evict_last for data a
-// later pass of the same kernel re-reads from L2, evict_first for a last read.
-__device__ __forceinline__ uint64_t l2_policy_evict_last() {
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// 16 bytes through the read-only path with an L2 cache-hint policy.
-__device__ __forceinline__ uint4 load16_l2_hint(const void* p, uint64_t policy) {
-  uint4 v;
-  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-}
-
 // NaN-propagating max of |x| over 8 elements (16-bit types: packed; abs_max_pair / max_pair /
 // fold_pair let a caller fold several Vec8s before the one FP32 conversion).
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t u16) { return __uint_as_float(u16 << 16); }
@@ -41,11 +18,9 @@ template <>
 struct Vec8<__nv_bfloat16> {
   uint4 raw;  // 8 x bf16
   __device__ __forceinline__ void load(const __nv_bfloat16* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ void load(const __nv_bfloat16* p, uint64_t l2_policy) { raw = load16_l2_hint(p, l2_policy); }
   __device__ __forceinline__ void load_stream(const __nv_bfloat16* p) {
     raw = __ldcs(reinterpret_cast<const uint4*>(p));
   }
-  __device__ __forceinline__ void load_shared(const __nv_bfloat16* p) { raw = *reinterpret_cast<const uint4*>(p); }
   __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
   // max |x| of the 8 elements as a packed pair (max.NaN per half; both halves still to be folded)
   __device__ __forceinline__ uint32_t abs_max_pair() const {
@@ -82,9 +57,7 @@ template <>
 struct Vec8<__half> {
   uint4 raw;
   __device__ __forceinline__ void load(const __half* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ void load(const __half* p, uint64_t l2_policy) { raw = load16_l2_hint(p, l2_policy); }
   __device__ __forceinline__ void load_stream(const __half* p) { raw = __ldcs(reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ void load_shared(const __half* p) { raw = *reinterpret_cast<const uint4*>(p); }
   __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
   static __device__ __forceinline__ __half2 as_pair(uint32_t u) {
     __half2 p;
@@ -125,18 +98,9 @@ struct Vec8<float> {
     lo = __ldg(reinterpret_cast<const float4*>(p));
     hi = __ldg(reinterpret_cast<const float4*>(p) + 1);
   }
-  __device__ __forceinline__ void load(const float* p, uint64_t l2_policy) {
-    const uint4 a = load16_l2_hint(p, l2_policy), b = load16_l2_hint(p + 4, l2_policy);
-    lo = make_float4(__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z), __uint_as_float(a.w));
-    hi = make_float4(__uint_as_float(b.x), __uint_as_float(b.y), __uint_as_float(b.z), __uint_as_float(b.w));
-  }
   __device__ __forceinline__ void load_stream(const float* p) {
     lo = __ldcs(reinterpret_cast<const float4*>(p));
     hi = __ldcs(reinterpret_cast<const float4*>(p) + 1);
-  }
-  __device__ __forceinline__ void load_shared(const float* p) {
-    lo = *reinterpret_cast<const float4*>(p);
-    hi = *reinterpret_cast<const float4*>(p + 4);
   }
   __device__ __forceinline__ void zero() { lo = hi = make_float4(0.f, 0.f, 0.f, 0.f); }
   __device__ __forceinline__ float abs_max() const {

@@ -12,10 +12,9 @@ import torch
 from trace_kernels import nvfp4, nvtx
 from trace_kernels.codegen.ops import quantize as codegen_quantize
 from trace_kernels.ops._common import (KERNEL_DTYPES, after_launch, check_cuda_device, check_last_dim, check_rows,
-                                       check_tensor, new_output, resident_ctas, status_buffer)
+                                       check_tensor, new_output, status_buffer)
 
 _EMPTY_U8 = (0,)
-GRID_LIMIT: int | None = None  # tests: cap a persistent (v4) grid so each warp takes many items
 
 
 @dataclass(frozen=True)
@@ -62,16 +61,11 @@ def launch_into(x, codes, block_scales, scale, bits, dq, *, pdl: bool = False) -
     rows = x.numel() // d
     if rows:
         spec = codegen_quantize.spec(x.dtype, d)
-        kernel = kernel_for(spec)
         grid = -(-rows // spec.launch["rows_per_cta"])
-        smem = spec.launch["smem_bytes"]
-        if spec.launch["persistent"]:  # at most one resident wave; each warp loops over its items
-            kernel.allow_dynamic_smem(device, smem)
-            grid = min(grid, GRID_LIMIT or resident_ctas(kernel, device, spec.launch["threads"], smem))
         with nvtx.annotate("quantize"):
-            kernel.launch(device, (grid,), (spec.launch["threads"],),
-                          [ptr(x), ptr(codes), ptr(block_scales), ptr(scale), ptr(bits), ptr(dq), i32(rows),
-                           ptr(status_buffer(device))], smem=smem, pdl=pdl)
+            kernel_for(spec).launch(device, (grid,), (spec.launch["threads"],),
+                                    [ptr(x), ptr(codes), ptr(block_scales), ptr(scale), ptr(bits), ptr(dq), i32(rows),
+                                     ptr(status_buffer(device))], pdl=pdl)
         after_launch(device)
 
 

@@ -14,8 +14,7 @@ GUIDED_DIMS = (16, 32, 64, 128, 256, 768, 2048, 4096)
 
 def memory_kernel_specs() -> list[KernelSpec]:
     """Every variant of every dtype / D the GPU tests and the benchmark use."""
-    specs = [quantize.spec(t, d, v) for v in quantize.VARIANTS for t in DTYPES for d in QUANTIZE_DIMS
-             if v != "v4" or quantize.v4_supports(t, d)]  # wider rows launch v2
+    specs = [quantize.spec(t, d, v) for v in quantize.VARIANTS for t in DTYPES for d in QUANTIZE_DIMS]
     guided = {s.name: s for s in (guided_fake_quantize.spec(t, d, v, mode) for v in guided_fake_quantize.VARIANTS
                                   for t in DTYPES for d in GUIDED_DIMS for mode in guided_fake_quantize.MODES)}
     specs += guided.values()  # by name: one kernel serves several modes (v5 / v6 launch v4's for most)
