@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Issue 3 / 5: the branch-free block path (quantize_epilogue.cuh: row_scale_fast rows, Markstein
 # block step, packed block amax, compile-time optional outputs) in quantize v2 / v4, refit and
 # kv_append (which moves from per-element FP32 thresholds to the packed path), on the H200 (< 9 min):

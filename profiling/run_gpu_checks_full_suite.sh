@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # The project's GPU tests on the H200 in one call (pytest -m gpu, file by file; TEST_FILES picks the files, QUANTIZE_K
 # a -k expression for tests/gpu/test_quantize_kernels.py), then compute-sanitizer memcheck and racecheck on refit v6's
 # tests at its default thread count, ROUNDS (default 1) bench_memory_kernels.py rounds of refit v2 / v6 at each of

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Tenth session of 2026-12-02 on the H200, two calls (PART=1, then PART=2 on the still-warm machine, which keeps
 # the JIT cache .tkcache), every step under `timeout` (BUDGET s):
 #   1. build: every memory kernel of the tests and benchmarks (spills fail the build: TRACE_KERNELS_PTXAS_CHECK=1),

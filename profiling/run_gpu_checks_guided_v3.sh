@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # guided_fake_quantize v3 A/B on the H200 (< 4 minutes): build the guided kernels (every variant,
 # spills fail the build), the guided GPU tests for every variant, compute-sanitizer memcheck +
 # racecheck on a small v3 subset, and the benchmark of the guided op only (v1, v2, v3; 64 / 256 /

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Issue 3: guided_fake_quantize v5 / v6 (the trainer's compact call in a kernel of its own; v6 also picks
 # its last search level and output by prmt tables) on the H200, every step under `timeout` (BUDGET s):
 #   1. the memory kernels from the carried JIT cache (a miss compiles, 16 jobs; spills fail the build)

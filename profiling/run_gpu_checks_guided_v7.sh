@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Ninth session of 2026-12-02 on the H200, one call, every step under `timeout` (BUDGET s):
 #   1. build: the memory kernels (guided v7 among them) and the KV kernels of the tests (mma4l at every test
 #      shape), 8 nvcc jobs each, in parallel; spills fail the build (TRACE_KERNELS_PTXAS_CHECK=1)

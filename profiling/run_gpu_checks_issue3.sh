@@ -4,12 +4,11 @@
 # small subset, the memory-kernel benchmark (all variants + copy study), then a short table.
 # Logs and JSON go to ${OUT:-runs/issue3}. Every step has its own time limit, so one slow step
 # cannot eat the others' time.
-# Usage (repo root): PYTHONPATH=python bash profiling/run_gpu_checks_issue3.sh
+# Usage (repo root; carry .whl): OUT=$OUT bash profiling/run_gpu_checks_issue3.sh
 set -uo pipefail
 OUT=${OUT:-runs/issue3}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache}
+source profiling/gpu_env.sh "$OUT/setup.log"
 export TRACE_KERNELS_PTXAS_CHECK=1  # a variant that spills fails its build
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
@@ -23,33 +22,24 @@ for name, error in bad: print('FAILED', name, error)
 print(f'built/verified {len(specs) - len(bad)} of {len(specs)} kernels (every variant) in {time.time()-t:.1f}s')" > "$OUT/build.log" 2>&1
 echo "build exit: $?" | tee -a "$OUT/build.log"; tail -2 "$OUT/build.log"
 
-# SASS facts per variant (bf16, D = 2048): 16-byte accesses, no local memory, instruction count
-for name in nvfp4_quantize_bf16_d2048 nvfp4_quantize_bf16_v2_d2048 nvfp4_guided_fake_quantize_bf16_d2048 \
-            nvfp4_guided_fake_quantize_bf16_v2_d2048 nvfp4_refit_weights_bf16 nvfp4_refit_weights_bf16_v2 nvfp4_refit_weights_bf16_v3; do
+# SASS facts per kernel (bf16, D = 2048): 16-byte accesses, no local memory, instruction count
+for name in nvfp4_quantize_bf16_v2_d2048 nvfp4_guided_fake_quantize_bf16_v6_compact_d2048 \
+            nvfp4_guided_fake_quantize_bf16_v7_full_counters_d2048 nvfp4_refit_weights_bf16_v2 nvfp4_refit_weights_bf16_v9; do
   cubin=$(ls -d "$TRACE_KERNELS_CACHE_DIR"/v1/${name}_sm90a-*/kernel.cubin 2>/dev/null | head -1)
   [ -n "$cubin" ] || { echo "$name: no cubin" | tee -a "$OUT/build.log"; continue; }
   cuobjdump -sass "$cubin" > "$OUT/sass_$name.txt"
   echo "$name: $(grep -cE '^\s+/\*[0-9a-f]{4,}\*/' "$OUT/sass_$name.txt") SASS, $(grep -c 'LDG.E.*128' "$OUT/sass_$name.txt") LDG.128, $(grep -c 'STG.E.*128' "$OUT/sass_$name.txt") STG.128, $(grep -cE 'LDL|STL' "$OUT/sass_$name.txt") LDL/STL, $(grep -c 'MUFU' "$OUT/sass_$name.txt") MUFU" | tee -a "$OUT/build.log"
 done
 
-# refit v3 (cooperative, spin-waits that trap after ~2 s) runs in its own processes, so that a
-# failure there (a sticky CUDA error) cannot take the other variants' results with it
-timeout 75 python3 -m pytest tests/gpu/test_quantize_kernels.py -q -rfE --maxfail=25 -p no:cacheprovider -k "not v3" \
+timeout 75 python3 -m pytest tests/gpu/test_quantize_kernels.py -q -rfE --maxfail=25 -p no:cacheprovider \
   > "$OUT/gpu_tests.log" 2>&1
-echo "gpu tests (all but refit v3) exit: $?" | tee -a "$OUT/gpu_tests.log"; tail -25 "$OUT/gpu_tests.log"
-timeout 40 python3 -m pytest tests/gpu/test_quantize_kernels.py -q -rfE --maxfail=10 -p no:cacheprovider -k "v3" \
-  > "$OUT/gpu_tests_v3.log" 2>&1
-echo "gpu tests (refit v3) exit: $?" | tee -a "$OUT/gpu_tests_v3.log"; tail -12 "$OUT/gpu_tests_v3.log"
+echo "gpu tests exit: $?" | tee -a "$OUT/gpu_tests.log"; tail -25 "$OUT/gpu_tests.log"
 
-timeout 130 python3 profiling/bench_memory_kernels.py --skip refit_weights:v3 --out "$OUT/memory_kernels_h200.json" \
-  > "$OUT/bench.log" 2>&1
+timeout 130 python3 profiling/bench_memory_kernels.py --out "$OUT/memory_kernels_h200.json" > "$OUT/bench.log" 2>&1
 echo "bench exit: $?" | tee -a "$OUT/bench.log"
-timeout 35 python3 profiling/bench_memory_kernels.py --select refit_weights:v3 --sizes-mb 64,256,1024 --copy-study-mb "" \
-  --no-host-overhead --out "$OUT/memory_kernels_h200_refit_v3.json" > "$OUT/bench_refit_v3.log" 2>&1
-echo "bench refit v3 exit: $?" | tee -a "$OUT/bench_refit_v3.log"
 
 SAN="compute-sanitizer --error-exitcode 9 --print-limit 200 --report-api-errors no"
-SUBSET="not large and not v3 and (bitexact or nonfinite or forced or many_rows or grid_edges) and (1-16 or 17-768 or 5-33-96 or 7-64 or nonfinite or forced or grid_edges)"
+SUBSET="not large and (bitexact or nonfinite or sequence or many_rows or grid_edges) and (1-16 or 17-768 or 5-33-96 or 7-64 or 40-8-32 or nonfinite or grid_edges)"
 for tool in memcheck racecheck; do
   timeout $([ $tool = memcheck ] && echo 45 || echo 50) $SAN --tool $tool python3 -m pytest tests/gpu/test_quantize_kernels.py -q -p no:cacheprovider -k "$SUBSET" \
     > "$OUT/sanitizer_$tool.log" 2>&1
@@ -57,14 +47,8 @@ for tool in memcheck racecheck; do
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$OUT/sanitizer_$tool.log" | tail -3
   grep -m 8 -E "^========= [A-Z]" "$OUT/sanitizer_$tool.log"
 done
-# refit v3 under memcheck in its own process (small forced plans + the small bit-exact shapes)
-timeout 30 $SAN --tool memcheck python3 -m pytest tests/gpu/test_quantize_kernels.py -q -p no:cacheprovider \
-  -k "v3 and not large and (forced or 1-1-16 or 5-33-96)" > "$OUT/sanitizer_memcheck_v3.log" 2>&1
-echo "memcheck refit v3 exit: $? (124 = step time limit)" | tee -a "$OUT/sanitizer_memcheck_v3.log"
-grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer_memcheck_v3.log" | tail -2
-
 echo; echo "== benchmark (full table: $OUT/bench.log) =="; tail -8 "$OUT/bench.log"
-python3 - "$OUT/memory_kernels_h200.json" "$OUT/memory_kernels_h200_refit_v3.json" <<'PY'
+python3 - "$OUT/memory_kernels_h200.json" <<'PY'
 import json, sys
 reports = []
 for path in sys.argv[1:]:
@@ -75,7 +59,7 @@ for path in sys.argv[1:]:
 if not reports:
     sys.exit("no benchmark JSON")
 report = reports[0]
-rows = [r for rep in reports for r in rep["results"] if r["kernel"] != "copy" and "groups=" not in r["kernel"]]
+rows = [r for rep in reports for r in rep["results"] if r["kernel"] != "copy"]
 sizes = [64, 256, 1024]
 copy = {r["input_mb"]: r["tb_per_s"] for r in report["results"] if r["kernel"] == "copy"}
 print("\n% of same-run copy (minimal bytes)      " + "".join(f"{s:>8d}MB" for s in sizes))

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Issue 3 A/B of the software-pipelined guided_fake_quantize v4 on the H200 (<= 120 s, every step
 # under `timeout`): v4 (v3 with the next pass's loads in flight) against v2 and v3, and the
 # quantize default (v2) in the same run. The run of 2026-11-29 (profiling/results/memory_ab_h200.json)

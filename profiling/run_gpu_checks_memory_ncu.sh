@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Nsight Compute on the three memory-bound kernels at 64 MB (what limits them: SOL, pipes, stalls,
 # instruction mix, occupancy), the SASS opcode histogram of each cubin, then kv_append's checks.
 # Outputs in $OUT/mncu/, packed into $OUT/mncu.tar.

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Per-SASS-instruction execution counts (Nsight Compute source page) of the memory kernels at 64 MB:
 # where their instructions go. Outputs in $OUT/sass/ (CSV per case), tarred to $OUT/sass.tar.
 # Usage (repo root; carry .whl and .tkcache): OUT=$OUT bash profiling/run_gpu_checks_memory_sass_counts.sh

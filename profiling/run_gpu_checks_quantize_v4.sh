@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Issue 3: quantize v4 (v2's arithmetic fed by per-warp rings of bulk copies) and refit v4 (tiles
 # waiting for their expert's amax in shared memory) on the H200, and the BF16-page kv_append fix
 # (< 7 min, every step under `timeout`):

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Issue 3: quantize v4 with 2 bulk-copy stages per warp (3 CTAs = 24 warps per SM, as v2) against v2,
 # run 2026-11-30 with V4_STAGES = 2 in python/trace_kernels/codegen/ops/quantize.py (committed: 3):
 # the v4 GPU tests and bench_memory_kernels.py at 64 / 256 MB (< 3 min). Outputs in $OUT/s2/, tarred to $OUT/s2.tar.

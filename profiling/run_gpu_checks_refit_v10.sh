@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # refit v10 (v9's speculative refit in one persistent launch) and the speculative phase 0's block loop (the block
 # amaxes kept, the fast / exact path picked once per tile) on the H200 in one call: the refit GPU tests of every
 # variant, compute-sanitizer memcheck and racecheck on v9's and v10's small tests, then ROUNDS (default 2) rounds of

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # refit v11 (v8's two launches with v9's shared-out requantize wave, verdicts from per-expert marks and a device-side
 # epoch) on the H200 in one short call: the GPU tests of v8-v11 (bit-exact, graph replays on weights that stay, shrink
 # and grow, v10 / v11 grids and counters, the NaN test with v11), compute-sanitizer memcheck and racecheck on v11's

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Issue 3: refit v5 (work queue overlapping the amax stream of one chunk of experts with the quantize
 # of the previous one) on the H200 (< 5 min): the refit GPU tests (every variant; forced v5 plans),
 # bench_memory_kernels.py refit v2 / v5 at 64 MB .. 1 GB with the copy in the same run, then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # Issue 3: refit_weights v6 (refit_weights_v6.cuh: one DRAM read, a shared-memory pipeline per warp) on the H200, one
 # call: the refit GPU tests (every variant small, v2 and v6 on the 805 MB layer; forced v6 plans; the v2 fallback),
 # refit_weights_packed_'s tests (its amax pass is v2's, whose block quantization moved into refit_quantize_block),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # refit v7 (speculative: the previous refit's scales as a guess) on the H200 in one call: the refit GPU tests of every
 # variant (v7 among them: bit-exact, a refit after an RL-like step, non-finite experts, graph replay, 805 MB) and
 # refit_weights_packed_'s, compute-sanitizer memcheck and racecheck on v7's tests, then ROUNDS (default 2) rounds of

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # The speculative refits' verdicts with batched loads (thread_amax_of_words: refit v8 / v9 / v10 and
 # refit_weights_packed_ v2) and packed v2's phase 1 reusing its record's block amaxes, on the H200 in one call:
 # the refit GPU tests of every variant and the packed op's of both, compute-sanitizer memcheck and racecheck on v9's,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A record: it names refit_weights variants removed on 2026-12-05 (v1, v3-v7, v10, v11), so it runs as written only
-# on commit 32f5e89 or earlier.
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # After the review refactors (shared row-block loads in quantize v2/v4; shared CTA amax, amax
 # publication and bounded waits in refit v1/v3/v4/v5) on the H200 (< 3 min): the quantize and refit
 # GPU tests (every variant), then memcheck and racecheck on the refit tests of the waiting variants.

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
+# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
 # The review commit 87d4a95 on the H200 (v1 and ws MoE GEMMs share load_token_rows; guided v5 / v6 size
 # their grid by _common.resident_ctas): every MoE GPU test (v1, ws, auto, PDL chains), every guided
 # GPU test, memcheck on the tiny MoE layer and on the guided v6 persistent-pass tests, racecheck on the

@@ -10,10 +10,8 @@ becomes one multiply), so the static SASS is close to what each thread executes.
 are fixed per mode: "plain" (no guidance bits / BF16 operand / counters / rollout codes),
 "counters" (guided: counters only), "outputs" (quantize: bits + BF16 operand), "all".
 Instructions per element: quantize = whole kernel / elements per thread; guided = the difference
-between 4 and 2 slots per thread / the elements of 2 slots (16; 32 for guided v3, whose slot is a
-whole block): the per-element cost without the fixed part. The software-pipelined guided v4 unrolls
-its loop body twice (two register sets in turn) and counts the difference between 2 slots and 1
-over both bodies (2 x 16 elements).
+between 2 slots per thread and 1 over both bodies of the software-pipelined loop (two register sets
+in turn: 2 x 16 elements), the per-element cost without the fixed part.
 cuobjdump needs nvdisasm beside it (or on PATH); CUDA's pip wheels nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm carry both (unzip them anywhere; do not install into the project's venv).
 """
@@ -115,16 +113,15 @@ def main(argv=None) -> int:
         spec = quantize.spec(args.dtype, args.d, v)
         report, _ = compile_spec(spec, shipped, work, None)
         tpr = spec.params["tpr"]
-        elements = -(-(args.d // 16) // tpr) * 16 if v != "v1" else -(-(args.d // 8) // tpr) * 8
+        elements = -(-(args.d // 16) // tpr) * 16
         cells = {mode: per_element(spec, mode, elements=elements) for mode in ("plain", "outputs")}
         print(f"{spec.name:48s} {report.registers:4d} {report.spill_stores:5d} {report.stack_frame:5d}  "
               + "  ".join(f"{mode} {value:.1f}" for mode, value in cells.items()))
     labels = {"plain": "compact", "counters": "compact+counters", "all": "full+counters", "full": "full"}
-    # (spec, modes counted): one kernel serves every mode (v1..v4), the trainer's call (v5, v6), or one mode (v7's)
-    guided = [(guided_fake_quantize.spec(args.dtype, args.d, v), ("plain",) if v in guided_fake_quantize.COMPACT_ONLY
-               else ("plain", "counters", "all")) for v in guided_fake_quantize.VARIANTS if v != "v7"]
-    guided += [(guided_fake_quantize.spec(args.dtype, args.d, "v7", mode), (hot,))
-               for mode, hot in (("compact_counters", "counters"), ("full", "full"), ("full_counters", "all"))]
+    # (spec, mode counted): one kernel per guidance mode (v6's for the trainer's call, v7's for the others)
+    guided = [(guided_fake_quantize.spec(args.dtype, args.d, mode=mode), (hot,))
+              for mode, hot in (("compact", "plain"), ("compact_counters", "counters"), ("full", "full"),
+                                ("full_counters", "all"))]
     for spec, modes in guided:
         report, _ = compile_spec(spec, shipped, work, None)
         slot_elements = spec.launch["elements_per_unit"]

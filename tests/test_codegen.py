@@ -49,7 +49,6 @@ def test_names_are_stable():
     assert quantize.VARIANTS == ("v2",) and quantize.spec("f32", 16).name == "nvfp4_quantize_f32_v2_d16_sm90a"
     with pytest.raises(ValueError, match="v1"):
         quantize.spec("f32", 16, "v1")  # removed: lost to v2 on the H200
-    assert guided_fake_quantize.spec("f16", 4096, "v1").name == "nvfp4_guided_fake_quantize_f16_d4096_sm90a"
 
 
 def test_torch_dtypes_and_names_agree():
@@ -68,19 +67,6 @@ def test_tiling_covers_rows():
             assert tpr >= 1 and tpr & (tpr - 1) == 0 and cta % tpr == 0 and cta <= 1024
             blocks = -(-(d // 16) // tpr)
             assert blocks * tpr >= d // 16 and blocks <= 8
-
-
-def test_variants_are_named_and_selectable(monkeypatch):
-    """v1 keeps its measured name; other variants add their tag; VARIANT picks the default launch."""
-    for module, make in ((guided_fake_quantize, lambda v: guided_fake_quantize.spec("bf16", 2048, v)),):
-        assert module.VARIANT in module.VARIANTS and module.VARIANTS[:2] == ("v1", "v2")
-        v1, v2 = make("v1"), make("v2")
-        assert "_v2_" in v2.name and "_v2_" not in v1.name and v1.render() != v2.render()
-        assert "/*VARIANT=*/2" in v2.render() and "/*VARIANT=*/1" in v1.render()
-        monkeypatch.setattr(module, "VARIANT", "v2")
-        assert make(None).name == v2.name
-        with pytest.raises(ValueError, match="variant"):
-            make("v99")
 
 
 def test_refit_variants_name_their_kernels():
@@ -208,8 +194,7 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
     from trace_kernels.jit import compiler
     monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
     specs = [quantize.spec("bf16", 64), guided_fake_quantize.spec("f32", 16), refit_weights.spec("f16"),
-             quantize.spec("f16", 32), guided_fake_quantize.spec("bf16", 16, "v2"),
-             guided_fake_quantize.spec("bf16", 32, "v6"), guided_fake_quantize.spec("f16", 32, "v6"),
+             quantize.spec("f16", 32), guided_fake_quantize.spec("bf16", 32), guided_fake_quantize.spec("f16", 32),
              guided_fake_quantize.spec("bf16", 32, "v7", "compact_counters"),
              guided_fake_quantize.spec("f16", 32, "v7", "full"),
              guided_fake_quantize.spec("bf16", 32, "v7", "full_counters"),
@@ -221,42 +206,31 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
         assert report.registers > 0 and report.spill_stores == 0 and report.stack_frame == 0, spec.name
 
 
-def test_guided_compact_only_variants():
-    """v5 / v6 build the trainer's call (compact guidance, no counters) as a kernel of its own and launch
-    v4's one kernel for every other mode; v1..v4 serve every mode with one kernel."""
+def test_guided_kernels_per_mode():
+    """The trainer's call (compact guidance, no counters) launches v6's kernel; compact guidance with counters and
+    full guidance with and without have a v7 kernel each (tables, their own geometry)."""
     g = guided_fake_quantize
     assert [g.mode_of(full, counters) for full in (False, True) for counters in (False, True)] == list(g.MODES)
-    for v in g.COMPACT_ONLY:
-        s = g.spec("bf16", 2048, v)
-        assert s.name == f"nvfp4_guided_fake_quantize_bf16_{v}_compact_d2048_sm90a" and s.launch["fill_sms"]
-        text = s.render()
-        assert f"/*TABLES=*/{str(v == 'v6').lower()}" in text
-        assert f"__launch_bounds__(256, {g.COMPACT_ONLY_CTAS_PER_SM})" in text
-        for mode in g.MODES[1:]:
-            assert g.spec("bf16", 2048, v, mode) == g.spec("bf16", 2048, "v4")
-    assert g.spec("bf16", 2048, "v4", "full_counters") == g.spec("bf16", 2048, "v4")
-    assert not g.spec("bf16", 2048, "v4").launch["fill_sms"]
-    with pytest.raises(ValueError, match="mode"):
-        g.spec("bf16", 2048, "v5", "counters")
-
-
-def test_guided_v7_kernels_per_mode():
-    """v7: a kernel per mode for compact guidance with counters and for full guidance with and without
-    (tables, their own geometry); the trainer's call launches v6's kernel."""
-    g = guided_fake_quantize
-    assert g.spec("bf16", 2048, "v7") == g.spec("bf16", 2048, "v6")
+    compact = g.spec("bf16", 2048)
+    assert compact.name == "nvfp4_guided_fake_quantize_bf16_v6_compact_d2048_sm90a" and compact == g.spec("bf16", 2048, "v7")
+    text = compact.render()
+    assert f"__launch_bounds__(256, {g.COMPACT_CTAS_PER_SM})" in text and "guided_fake_quantize_v5.cuh" in text
     assert set(g.V7_GEOMETRY) == set(g.MODES[1:])
     for mode, (threads, per_sm, *plain_slots) in g.V7_GEOMETRY.items():
         s = g.spec("bf16", 2048, "v7", mode)
-        slots = plain_slots[0] if plain_slots else g.V4_SLOTS
+        slots = plain_slots[0] if plain_slots else g.SLOTS
         assert s.name == f"nvfp4_guided_fake_quantize_bf16_v7_{mode}_d2048_sm90a"
-        assert s.launch["threads"] == threads and s.launch["units_per_cta"] == threads * slots and s.launch["fill_sms"]
+        assert s.launch["threads"] == threads and s.launch["units_per_cta"] == threads * slots
         text = s.render()
         assert f"__launch_bounds__({threads}, {per_sm})" in text and "guided_fake_quantize_v7.cuh" in text
         assert f"/*KSLOTS=*/{slots}," in text and f"/*PIPELINED=*/{str(not plain_slots).lower()}>" in text
         assert f"/*FULL=*/{str(mode.startswith('full')).lower()}" in text
         assert f"/*COUNT=*/{str(mode.endswith('_counters')).lower()}" in text
-    assert len({g.spec("bf16", 2048, "v7", m).name for m in g.MODES}) == 4
+    assert len({g.spec("bf16", 2048, mode=m).name for m in g.MODES}) == 4
+    with pytest.raises(ValueError, match="mode"):
+        g.spec("bf16", 2048, "v7", "counters")
+    with pytest.raises(ValueError, match="v4"):
+        g.spec("bf16", 2048, "v4")  # removed: lost to v6 / v7 on the H200
 
 
 def test_quantize_block_size_names(monkeypatch):

@@ -4,19 +4,18 @@
 //   counters[0] elements, [1] chosen code != round-to-nearest code (guidance changed the rounding),
 //   [2] chosen == rollout code, [3] round-to-nearest == rollout code (full guidance only).
 //
-// No row reduction: each thread takes KSLOTS half blocks strided by the CTA's width, so
-// consecutive lanes read consecutive 16-byte vectors. Two variants (GuidedConfig::kVariant):
-// v1: per element, the grid position of y = x / d (nvfp4::grid_position), index arithmetic.
-// v2: per element, the chosen grid value straight from the FP32 bits of min(|y|, 6)
-//     (guided_compact_bits / guided_full_bits below: floor, ceil and nearest as bit patterns, the
-//     range below 1 shifted onto [1, 2) with directed rounding), the Markstein range check once per
-//     half block instead of per element, the sign by an FMA with +0.
-// v3: no division and no per-element FP32 work for BF16/FP16: each thread takes whole 16-element
-//     blocks in a grid-stride (persistent) loop; per block, exact 16-bit thresholds on |x| and the
-//     8 possible outputs are computed once, then two elements per instruction are classified by a
-//     3-level packed search whose thresholds the guidance picks (see guided_pair_v3); counters
-//     are reduced per CTA (one atomic per counter per CTA). FP32 input and blocks outside the
-//     exact range take v2's per-element arithmetic.
+// The block arithmetic the kernels share (guided_fake_quantize_v4.cuh: v4's software-pipelined loop;
+// _v5.cuh: the trainer's call, v6; _v7.cuh: the audit calls, v7):
+// - no division and no per-element FP32 work for BF16/FP16: each thread takes whole 16-element blocks
+//   in a grid-stride (persistent) loop; per block, exact 16-bit thresholds on |x| and the 8 possible
+//   outputs are computed once, then two elements per instruction are classified by a 3-level packed
+//   search whose thresholds the guidance picks, its third level and output by prmt table lookups
+//   (guided_pair_tables); counters are reduced per CTA (one atomic per counter per CTA);
+// - FP32 input, blocks outside the exact range and non-finite blocks take the per-element path
+//   (guided_half_block_exact: the chosen grid value straight from the FP32 bits of min(|y|, 6),
+//   guided_compact_bits / guided_full_bits).
+// v1 and v2 (per-element kernels), v3's LOP3 search and v4 / v5 as launched kernels lost to v6 / v7 on
+// the H200 and were removed (docs/toolchain.md); the names v3..v7 stay on the pieces they built.
 #pragma once
 
 #include <stdint.h>
@@ -30,20 +29,6 @@
 
 namespace trace_kernels {
 
-template <typename T_, int D_, int CTA_, int KSLOTS_, int VARIANT_ = 1>
-struct GuidedConfig {
-  using T = T_;
-  static constexpr int D = D_;
-  static constexpr int CTA = CTA_;
-  static constexpr int kVariant = VARIANT_;
-  static_assert(VARIANT_ >= 1 && VARIANT_ <= 3, "variants: 1, 2, 3");
-  static constexpr int kSlots = KSLOTS_;  // half blocks per thread
-  static constexpr int kHalfBlocksPerRow = D / 8;
-  static constexpr bool kTables = false;  // v6 / v7's table search (guided_pair_tables)
-  static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
-  static_assert(CTA % 32 == 0, "whole warps");
-};
-
 // Non-finite input in half block g: its row and first column go to the status word.
 template <class Cfg>
 __device__ __forceinline__ void report_nonfinite_half_block(uint32_t* __restrict__ status, int64_t g,
@@ -51,127 +36,6 @@ __device__ __forceinline__ void report_nonfinite_half_block(uint32_t* __restrict
   const int64_t row = g / Cfg::kHalfBlocksPerRow;
   report_nonfinite(status, kStatusGuidedFakeQuantize, static_cast<uint64_t>(row),
                    static_cast<uint32_t>(g % Cfg::kHalfBlocksPerRow) * 8, f);
-}
-
-// The audit counters: warp sums, then one 64-bit atomic per warp and nonzero counter.
-__device__ __forceinline__ void flush_counters(unsigned long long* __restrict__ counters, uint32_t n_elems,
-                                               uint32_t n_changed, uint32_t n_guided_eq, uint32_t n_nearest_eq) {
-  n_elems = __reduce_add_sync(0xffffffffu, n_elems);
-  n_changed = __reduce_add_sync(0xffffffffu, n_changed);
-  n_guided_eq = __reduce_add_sync(0xffffffffu, n_guided_eq);
-  n_nearest_eq = __reduce_add_sync(0xffffffffu, n_nearest_eq);
-  if (threadIdx.x % 32 == 0) {
-    if (n_elems) atomicAdd(counters + 0, static_cast<unsigned long long>(n_elems));
-    if (n_changed) atomicAdd(counters + 1, static_cast<unsigned long long>(n_changed));
-    if (n_guided_eq) atomicAdd(counters + 2, static_cast<unsigned long long>(n_guided_eq));
-    if (n_nearest_eq) atomicAdd(counters + 3, static_cast<unsigned long long>(n_nearest_eq));
-  }
-}
-
-template <class Cfg>
-__device__ __forceinline__ void guided_fake_quantize_rows(
-    const typename Cfg::T* __restrict__ x,     // [rows, D]
-    const float* __restrict__ row_scales,      // [rows]
-    const uint8_t* __restrict__ block_scales,  // [rows, D/16] e4m3
-    const uint8_t* __restrict__ mantissa_bits, // [rows, D/8] (compact) or null
-    const uint8_t* __restrict__ rollout_codes, // [rows, D/2] (full) or null
-    typename Cfg::T* __restrict__ out,         // [rows, D]
-    unsigned long long* __restrict__ counters, // [4] or null
-    int rows, uint32_t* __restrict__ status) {
-  using T = typename Cfg::T;
-  const int64_t total = static_cast<int64_t>(rows) * Cfg::kHalfBlocksPerRow;  // half blocks
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * Cfg::CTA * Cfg::kSlots + threadIdx.x;
-  const bool full = rollout_codes != nullptr;
-
-  Vec8<T> v[Cfg::kSlots];
-  uint32_t guide[Cfg::kSlots];  // 8 mantissa bits or 8 rollout codes
-  float d[Cfg::kSlots];
-#pragma unroll
-  for (int k = 0; k < Cfg::kSlots; ++k) {  // issue every load before the first use
-    const int64_t g = first + static_cast<int64_t>(k) * Cfg::CTA;
-    if (g < total) {
-      const int64_t row = g / Cfg::kHalfBlocksPerRow;
-      v[k].load_stream(x + g * 8);
-      guide[k] = full ? __ldg(reinterpret_cast<const uint32_t*>(rollout_codes) + g) : __ldg(mantissa_bits + g);
-      const float b = nvfp4::e4m3_to_float(__ldg(block_scales + g / 2));
-      d[k] = b * __ldg(row_scales + row);
-    } else {
-      v[k].zero();
-      guide[k] = 0u;
-      d[k] = 0.f;
-    }
-  }
-
-  uint32_t n_elems = 0, n_changed = 0, n_guided_eq = 0, n_nearest_eq = 0;
-#pragma unroll
-  for (int k = 0; k < Cfg::kSlots; ++k) {
-    const int64_t g = first + static_cast<int64_t>(k) * Cfg::CTA;
-    if (g >= total) continue;
-    float f[8];
-    v[k].to_float(f);
-    float amax = fabsf(f[0]);
-#pragma unroll
-    for (int j = 1; j < 8; ++j) amax = nvfp4::fmax_nan(amax, fabsf(f[j]));
-    if (!nvfp4::is_finite(amax)) {
-      report_nonfinite_half_block<Cfg>(status, g, f);
-      continue;  // leave these 8 outputs unwritten; the status flag says why
-    }
-    n_elems += 8;
-    float y8[8];
-    if (d[k] == 0.f) {  // the rollout's codes are +0 (full guidance says so too) and so are ours
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        y8[j] = 0.f;
-        if (full) {
-          const bool zero = (guide[k] >> (4 * j) & 7u) == 0u;
-          n_guided_eq += zero;
-          n_nearest_eq += zero;
-        }
-      }
-    } else {
-      const nvfp4::Divisor div = nvfp4::make_divisor(d[k]);
-      bool fast = div.ok;  // one branch per half block, not per element
-#pragma unroll
-      for (int j = 0; j < 8; ++j) fast = fast && nvfp4::fast_divisible(f[j]);
-      float q[8];
-      if (fast) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = nvfp4::div_rn_fast(f[j], div);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = __fdiv_rn(f[j], div.d);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float y = q[j];
-        const bool neg = y < 0.f;
-        const nvfp4::GridPos p = nvfp4::grid_position(fminf(fabsf(y), nvfp4::kFp4Max));
-        uint32_t m;  // chosen magnitude index; its sign is y's
-        if (full) {
-          const uint32_t code = (guide[k] >> (4 * j)) & 0xFu;
-          const int rollout = nvfp4::signed_index(code);
-          // lower signed neighbour lo_k; take it iff the rollout's index is <= lo_k
-          const int lo_k = neg ? -static_cast<int>(p.lo) - 1 : static_cast<int>(p.lo);
-          const bool take_lower = rollout <= lo_k;
-          m = p.on_grid ? p.lo : (neg != take_lower ? p.lo : p.lo + 1u);
-          const int chosen = neg ? -static_cast<int>(m) : static_cast<int>(m);
-          const int nearest = neg ? -static_cast<int>(p.nearest) : static_cast<int>(p.nearest);
-          n_guided_eq += chosen == rollout;
-          n_nearest_eq += nearest == rollout;
-        } else {
-          const uint32_t bit = (guide[k] >> j) & 1u;
-          m = p.on_grid ? p.lo : p.lo + ((p.lo ^ bit) & 1u);
-        }
-        n_changed += m != p.nearest;  // same sign, so magnitudes decide
-        // value(m) * d with y's sign (a chosen zero is +0, as in the reference)
-        const uint32_t sign = (neg && m != 0u) ? 0x80000000u : 0u;
-        y8[j] = __uint_as_float(nvfp4::e2m1_value_bits(m) | sign) * d[k];
-      }
-    }
-    store8<T>(out + g * 8, y8);
-  }
-
-  if (counters != nullptr) flush_counters(counters, n_elems, n_changed, n_guided_eq, n_nearest_eq);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -228,102 +92,6 @@ __device__ __forceinline__ uint32_t guided_full_bits(float a, uint32_t y_sign, u
   return chosen;
 }
 
-template <class Cfg>
-__device__ __forceinline__ void guided_fake_quantize_rows_v2(
-    const typename Cfg::T* __restrict__ x, const float* __restrict__ row_scales,
-    const uint8_t* __restrict__ block_scales, const uint8_t* __restrict__ mantissa_bits,
-    const uint8_t* __restrict__ rollout_codes, typename Cfg::T* __restrict__ out,
-    unsigned long long* __restrict__ counters, int rows, uint32_t* __restrict__ status) {
-  using T = typename Cfg::T;
-  const int64_t total = static_cast<int64_t>(rows) * Cfg::kHalfBlocksPerRow;  // half blocks
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * Cfg::CTA * Cfg::kSlots + threadIdx.x;
-  const bool full = rollout_codes != nullptr;
-  const bool count = counters != nullptr;
-
-  Vec8<T> v[Cfg::kSlots];
-  uint32_t guide[Cfg::kSlots];  // 8 mantissa bits or 8 rollout codes
-  float d[Cfg::kSlots];
-#pragma unroll
-  for (int k = 0; k < Cfg::kSlots; ++k) {  // issue every load before the first use
-    const int64_t g = first + static_cast<int64_t>(k) * Cfg::CTA;
-    if (g < total) {
-      const int64_t row = g / Cfg::kHalfBlocksPerRow;
-      v[k].load_stream(x + g * 8);
-      guide[k] = full ? __ldg(reinterpret_cast<const uint32_t*>(rollout_codes) + g) : __ldg(mantissa_bits + g);
-      const float b = nvfp4::e4m3_to_float(__ldg(block_scales + g / 2));
-      d[k] = b * __ldg(row_scales + row);
-    } else {
-      v[k].zero();
-      guide[k] = 0u;
-      d[k] = 0.f;
-    }
-  }
-
-  uint32_t n_elems = 0, n_changed = 0, n_guided_eq = 0, n_nearest_eq = 0;
-#pragma unroll
-  for (int k = 0; k < Cfg::kSlots; ++k) {
-    const int64_t g = first + static_cast<int64_t>(k) * Cfg::CTA;
-    if (g >= total) continue;
-    float f[8];
-    v[k].to_float(f);
-    // amax (NaN wins) and the smallest nonzero |x| as bits: 2 |x|bits - 2 wraps 0 to the top
-    float amax = fabsf(f[0]);
-    uint32_t min_nonzero2 = (__float_as_uint(f[0]) << 1) - 2u;
-#pragma unroll
-    for (int j = 1; j < 8; ++j) {
-      amax = nvfp4::fmax_nan(amax, fabsf(f[j]));
-      min_nonzero2 = min(min_nonzero2, (__float_as_uint(f[j]) << 1) - 2u);
-    }
-    if (!nvfp4::is_finite(amax)) {
-      report_nonfinite_half_block<Cfg>(status, g, f);
-      continue;  // leave these 8 outputs unwritten; the status flag says why
-    }
-    n_elems += 8;
-    float y8[8];
-    if (d[k] == 0.f) {  // the rollout's codes are +0 (full guidance says so too) and so are ours
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        y8[j] = 0.f;
-        if (full && count) {
-          const bool zero = (guide[k] >> (4 * j) & 7u) == 0u;
-          n_guided_eq += zero;
-          n_nearest_eq += zero;
-        }
-      }
-    } else {
-      const nvfp4::Divisor div = nvfp4::make_divisor(d[k]);
-      // nvfp4::fast_divisible for all 8 at once: every nonzero |x| in [2^-80, 2^80]
-      const bool fast = div.ok && amax <= 0x1p80f && min_nonzero2 >= (0x17800000u << 1) - 2u;
-      float q[8];
-      if (fast) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = nvfp4::div_rn_fast(f[j], div);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = __fdiv_rn(f[j], div.d);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t uq = __float_as_uint(q[j]);
-        const uint32_t y_sign = uq & 0x80000000u;
-        const uint32_t ua = __float_as_uint(fminf(fabsf(q[j]), nvfp4::kFp4Max));
-        uint32_t chosen;
-        if (full) {
-          chosen = guided_full_bits(__uint_as_float(ua), y_sign, (guide[k] >> (4 * j)) & 0xFu, count, n_changed,
-                                    n_guided_eq, n_nearest_eq);
-        } else {
-          chosen = guided_compact_bits(__uint_as_float(ua), guide[k] << (22 - j), count, n_changed);
-        }
-        // value(chosen) * d with y's sign; + 0 turns a chosen -0 into +0, as in the reference
-        y8[j] = fmaf(__uint_as_float(chosen | y_sign), d[k], 0.f);
-      }
-    }
-    store8<T>(out + g * 8, y8);
-  }
-
-  if (count) flush_counters(counters, n_elems, n_changed, n_guided_eq, n_nearest_eq);
-}
-
 // ---------------------------------------------------------------------------------------------
 // v3
 // ---------------------------------------------------------------------------------------------
@@ -353,8 +121,8 @@ struct GuidedBlockV3 {
   uint32_t a[8];     // a[j] = RU16(A_j), j = 1..7 (a[0] unused)
   uint32_t b[7];     // b[j] = RU16(B_j), j = 0..6
   uint32_t out[8];   // out[m] = RN16(RN32(g_m d)) | sign bits, m = 1..7 (out[0] = 0)
-  uint32_t mid[7];   // round-to-nearest thresholds (packed_thresholds), counters only; negated for the
-                     // FMA-pipe count (guided_count_pair)
+  uint32_t mid[7];   // round-to-nearest thresholds (packed_thresholds), negated, counters only
+                     // (the FMA-pipe count, guided_count_pair)
   bool ok;           // d in the exact range
 };
 
@@ -384,7 +152,7 @@ __device__ __forceinline__ uint32_t grid_threshold_b(float g, float d, float ha_
   return Pair16<T>::round_up_pair(succ_positive(__fmaf_rd(g, d, ha_d)));
 }
 
-template <typename T, bool kNegatedMid = false>
+template <typename T>
 __device__ __forceinline__ GuidedBlockV3 guided_block_v3(float d, bool count) {
   GuidedBlockV3 c;
   c.ok = d >= 0x1p-100f && d < 0x1p17f;
@@ -432,12 +200,12 @@ __device__ __forceinline__ GuidedBlockV3 guided_block_v3(float d, bool count) {
       constexpr uint32_t e = kV3Bf16ExponentStep;
 #pragma unroll
       for (int i = 0; i < 4; ++i)  // (the exponent steps hold for negated values too: the sign is bit 15)
-        c.mid[i] = kNegatedMid ? Pair16<T>::negated_round_up_pair(t.x[i]) : Pair16<T>::round_up_pair(t.x[i]);
+        c.mid[i] = Pair16<T>::negated_round_up_pair(t.x[i]);
       c.mid[4] = c.mid[2] + e;  c.mid[6] = c.mid[2] + 2 * e;  c.mid[5] = c.mid[3] + e;
     } else {
 #pragma unroll
       for (int i = 0; i < 7; ++i)
-        c.mid[i] = kNegatedMid ? Pair16<T>::negated_round_up_pair(t.x[i]) : Pair16<T>::round_up_pair(t.x[i]);
+        c.mid[i] = Pair16<T>::negated_round_up_pair(t.x[i]);
     }
   }
   return c;
@@ -450,24 +218,15 @@ struct GuidedCountsV3 {
 
 // The changed bits of two elements (mask at the sign bits, 15 and 31) given the guided search's m
 // parity k0: round-to-nearest's index differs from the guided one by at most 1, so they differ exactly
-// when their parities do. v3: nearest's parity by a second 3-level search (HSET2 and LOP3, ALU pipe;
-// c.mid positive). v6 / v7 (kFma): nearest's index is the number of its 7 thresholds at or below |x|,
-// so its parity is the XOR of the 7 comparisons, made on the FMA pipe (below_signs; c.mid
-// negated), which the search leaves idle.
-template <typename T, bool kFma>
+// when their parities do. Nearest's index is the number of its 7 thresholds at or below |x|, so its
+// parity is the XOR of the 7 comparisons, made on the FMA pipe (below_signs; c.mid negated), which the
+// search leaves idle (v3 made them on the ALU pipe by a second 3-level search).
+template <typename T>
 __device__ __forceinline__ uint32_t nearest_changed_signs(uint32_t a, const GuidedBlockV3& c, uint32_t k0) {
-  if constexpr (kFma) {
-    uint32_t below = ~k0;  // XOR_j (|x| < mid_j) = ~nearest's parity (7 terms), and ~k0
+  uint32_t below = ~k0;  // XOR_j (|x| < mid_j) = ~nearest's parity (7 terms), and ~k0
 #pragma unroll
-    for (int j = 0; j < 7; ++j) below ^= below_signs<T>(a, c.mid[j]);
-    return below & 0x80008000u;
-  } else {
-    const uint32_t n2 = Pair16<T>::ge(a, c.mid[3]);
-    const uint32_t n1 = Pair16<T>::ge(a, select_bits(n2, c.mid[5], c.mid[1]));
-    const uint32_t n0 = Pair16<T>::ge(
-        a, select_bits(n2, select_bits(n1, c.mid[6], c.mid[4]), select_bits(n1, c.mid[2], c.mid[0])));
-    return (n0 ^ k0) & 0x80008000u;
-  }
+  for (int j = 0; j < 7; ++j) below ^= below_signs<T>(a, c.mid[j]);
+  return below & 0x80008000u;
 }
 
 // 2^17 in constant memory: with an immediate, ptxas turns add_sign_bits' multiply-add into LEA.HI (ALU pipe)
@@ -481,11 +240,11 @@ __device__ __forceinline__ uint32_t add_sign_bits(uint32_t counter, uint32_t sig
 
 // The audit counters of two elements (packed, one per 16-bit lane) from the guided search's masks
 // k2, k1, k0 (m's index bits) and the guidance masks g4, g2, g3 of its three levels (full guidance).
-template <typename T, bool kFull, bool kFma>
+template <typename T, bool kFull>
 __device__ __forceinline__ void guided_count_pair(uint32_t a, uint32_t guide, const GuidedBlockV3& c, uint32_t k2,
                                                   uint32_t k1, uint32_t k0, uint32_t g4, uint32_t g2, uint32_t g3,
                                                   GuidedCountsV3& n) {
-  const uint32_t changed = nearest_changed_signs<T, kFma>(a, c, k0);
+  const uint32_t changed = nearest_changed_signs<T>(a, c, k0);
   n.changed = add_sign_bits(n.changed, changed);
   if (kFull) {
     // chosen == rollout: the search made the same decision for m and for r at every level, and
@@ -498,37 +257,6 @@ __device__ __forceinline__ void guided_count_pair(uint32_t a, uint32_t guide, co
     // nearest == rollout: nearest lies in [floor, ceil] and chosen = clamp(r, floor, ceil)
     n.nearest_eq = add_sign_bits(n.nearest_eq, guided_eq & ~changed);
   }
-}
-
-// Two elements (one 32-bit word w) -> their outputs as a 16-bit pair.
-// guide: compact: a mask, all ones in a half whose guidance bit is 1; full: the rollout code as a
-// 16-bit number per half, z = sign (rollout's sign xor x's sign) | magnitude index at bits 12..14
-// (bits below 12 arbitrary, at most bit 7 of the exponent; so z >= j << 12 <=> r >= j, and a
-// sign mismatch is negative: r = 0).
-template <typename T, bool kFull>
-__device__ __forceinline__ uint32_t guided_pair_v3(uint32_t w, uint32_t guide, const GuidedBlockV3& c, bool count,
-                                                   GuidedCountsV3& n) {
-  const uint32_t a = w & 0x7fff7fffu;
-  // level 1: m >= 4 (j = 4 is even: compact wants B_3 when the bit is 0)
-  const uint32_t g4 = kFull ? Pair16<T>::ge(guide, 0x40004000u) : ~guide;
-  const uint32_t k2 = Pair16<T>::ge(a, select_bits(g4, c.b[3], c.a[4]));
-  // level 2: m >= 6 | 2
-  const uint32_t j2 = select_bits(k2, 0x60006000u, 0x20002000u);
-  const uint32_t g2 = kFull ? Pair16<T>::ge(guide, j2) : ~guide;
-  const uint32_t k1 =
-      Pair16<T>::ge(a, select_bits(g2, select_bits(k2, c.b[5], c.b[1]), select_bits(k2, c.a[6], c.a[2])));
-  // level 3: m >= 7 | 5 | 3 | 1 (odd j: compact wants B_{j-1} when the bit is 1)
-  const uint32_t j3 = j2 - 0x10001000u + (k1 & 0x20002000u);
-  const uint32_t g3 = kFull ? Pair16<T>::ge(guide, j3) : guide;
-  const uint32_t lower = select_bits(k2, select_bits(k1, c.b[6], c.b[4]), select_bits(k1, c.b[2], c.b[0]));
-  const uint32_t upper = select_bits(k2, select_bits(k1, c.a[7], c.a[5]), select_bits(k1, c.a[3], c.a[1]));
-  const uint32_t k0 = Pair16<T>::ge(a, select_bits(g3, lower, upper));
-  // the output: out[m] carries sign bits for m >= 1; x's sign keeps them (a zero stays +0)
-  const uint32_t value = select_bits(k2, select_bits(k1, select_bits(k0, c.out[7], c.out[6]),
-                                                     select_bits(k0, c.out[5], c.out[4])),
-                                     select_bits(k1, select_bits(k0, c.out[3], c.out[2]), k0 & c.out[1]));
-  if (count) guided_count_pair<T, kFull, false>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
-  return value & (w | 0x7fff7fffu);
 }
 
 // prmt.b32 in its default mode: a selector nibble with bit 3 set replicates the top bit of its byte.
@@ -587,8 +315,12 @@ __device__ __forceinline__ GuidedTablesV6 guided_tables_v6(const GuidedBlockV3& 
   return t;
 }
 
-// v3's search and output for two elements with the third level and the output from the tables
-// (guide as in guided_pair_v3); the counters as v3 counts them (v7: full guidance, counters).
+// Two elements (one 32-bit word w) -> their outputs as a 16-bit pair: v3's search with the third level and the
+// output from the tables; the counters when asked (v7).
+// guide: compact: a mask, all ones in a half whose guidance bit is 1; full: the rollout code as a
+// 16-bit number per half, z = sign (rollout's sign xor x's sign) | magnitude index at bits 12..14
+// (bits below 12 arbitrary, at most bit 7 of the exponent; so z >= j << 12 <=> r >= j, and a
+// sign mismatch is negative: r = 0).
 template <typename T, bool kFull>
 __device__ __forceinline__ uint32_t guided_pair_tables(uint32_t w, uint32_t guide, const GuidedBlockV3& c,
                                                        const GuidedTablesV6& t, bool count, GuidedCountsV3& n) {
@@ -610,15 +342,15 @@ __device__ __forceinline__ uint32_t guided_pair_tables(uint32_t w, uint32_t guid
   const uint32_t k0 = Pair16<T>::ge(                                        // m odd
       a, select_bits(g3, prmt(t.lower[0], t.lower[1], sel), prmt(t.upper[0], t.upper[1], sel)));
   const uint32_t value = select_bits(k0, prmt(t.odd[0], t.odd[1], sel), prmt(t.even[0], t.even[1], sel));
-  if (count) guided_count_pair<T, kFull, true>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
+  if (count) guided_count_pair<T, kFull>(a, guide, c, k2, k1, k0, g4, g2, g3, n);
   return value & (w | 0x7fff7fffu);  // x's sign on the nonzero outputs (a zero stays +0)
 }
 
 // Guidance bits 4q..4q+3 at the top bit of bytes 0..3 (the four 4-bit shifted copies never overlap).
 __device__ __forceinline__ uint32_t spread_bits_to_byte_tops(uint32_t bits4) { return bits4 * 0x10204081u; }
 
-// v2's per-element arithmetic for one half block (FP32 input, blocks outside v3's exact range,
-// d == 0, non-finite input). Same results and counter contributions as v2's loop body.
+// The per-element arithmetic for one half block (FP32 input, blocks outside v3's exact range,
+// d == 0, non-finite input): the removed v2 kernel's, same results and counter contributions.
 template <class Cfg>
 __device__ __forceinline__ void guided_half_block_exact(const Vec8<typename Cfg::T>& v, uint32_t guide, float d,
                                                         bool full, bool count, int64_t g,
@@ -670,7 +402,7 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
                                                 GuidedCountsV3& packed) {
   using T = typename Cfg::T;
   if constexpr (sizeof(T) == 2) {
-    const GuidedBlockV3 c = guided_block_v3<T, Cfg::kTables>(d, count);  // tables: the FMA-pipe count
+    const GuidedBlockV3 c = guided_block_v3<T>(d, count);
     // non-finite 16-bit |x| <=> exponent all ones <=> |x| + (lowest exponent bit) carries into bit 15
     constexpr uint32_t kExpLsb = std::is_same<T, __nv_bfloat16>::value ? 0x00800080u : 0x04000400u;
     const uint32_t w[8] = {v[0].raw.x, v[0].raw.y, v[0].raw.z, v[0].raw.w,
@@ -680,7 +412,7 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
     for (int i = 0; i < 8; ++i) nonfinite |= (w[i] & 0x7fff7fffu) + kExpLsb;
     const bool fast = c.ok && d != 0.f && !(nonfinite & 0x80008000u);
     if (!fast) return false;
-    uint32_t src[4];  // compact: guidance bits at byte tops; full: codes prepared for guided_pair_v3
+    uint32_t src[4];  // compact: guidance bits at byte tops; full: codes prepared for guided_pair_tables
     if (kFull) {
       src[0] = (guide.x << 4) & 0xF0F0F0F0u;  // even elements' codes at the top nibble of bytes
       src[1] = guide.x & 0xF0F0F0F0u;         // odd elements' codes
@@ -691,8 +423,7 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
       for (int q = 0; q < 4; ++q) src[q] = spread_bits_to_byte_tops((guide.x >> (4 * q)) & 0xFu);
     }
     uint32_t o[8];
-    GuidedTablesV6 tables;
-    if constexpr (Cfg::kTables) tables = guided_tables_v6<T>(c);
+    const GuidedTablesV6 tables = guided_tables_v6<T>(c);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       uint32_t gp;
@@ -704,8 +435,7 @@ __device__ __forceinline__ bool guided_block_v3(const Vec8<typename Cfg::T> (&v)
         const uint32_t b = (2 * i) & 3;
         gp = prmt(src[i >> 1], 0u, (b | 8) * 0x11 | ((b + 1) | 8) * 0x1100);
       }
-      if constexpr (Cfg::kTables) o[i] = guided_pair_tables<T, kFull>(w[i], gp, c, tables, count, packed);
-      else o[i] = guided_pair_v3<T, kFull>(w[i], gp, c, count, packed);
+      o[i] = guided_pair_tables<T, kFull>(w[i], gp, c, tables, count, packed);
     }
     *reinterpret_cast<uint4*>(out + blk * 16) = make_uint4(o[0], o[1], o[2], o[3]);
     *reinterpret_cast<uint4*>(out + blk * 16 + 8) = make_uint4(o[4], o[5], o[6], o[7]);
@@ -800,27 +530,6 @@ __device__ __forceinline__ void guided_fake_quantize_rows_v3(
     const uint32_t n[4] = {n_elems, n_changed, n_guided_eq, n_nearest_eq};
     flush_counters_cta<Cfg::CTA>(counters, n);
   }
-}
-
-template <class Cfg>
-__device__ __forceinline__ void guided_fake_quantize_kernel(
-    const typename Cfg::T* __restrict__ x, const float* __restrict__ row_scales,
-    const uint8_t* __restrict__ block_scales, const uint8_t* __restrict__ mantissa_bits,
-    const uint8_t* __restrict__ rollout_codes, typename Cfg::T* __restrict__ out,
-    unsigned long long* __restrict__ counters, int rows, uint32_t* __restrict__ status) {
-  if constexpr (Cfg::kVariant == 3) {
-    if (rollout_codes != nullptr)
-      guided_fake_quantize_rows_v3<Cfg, true>(x, row_scales, block_scales, mantissa_bits, rollout_codes, out, counters,
-                                              rows, status);
-    else
-      guided_fake_quantize_rows_v3<Cfg, false>(x, row_scales, block_scales, mantissa_bits, rollout_codes, out,
-                                               counters, rows, status);
-  } else if constexpr (Cfg::kVariant == 2)
-    guided_fake_quantize_rows_v2<Cfg>(x, row_scales, block_scales, mantissa_bits, rollout_codes, out, counters, rows,
-                                      status);
-  else
-    guided_fake_quantize_rows<Cfg>(x, row_scales, block_scales, mantissa_bits, rollout_codes, out, counters, rows,
-                                   status);
 }
 
 }  // namespace trace_kernels

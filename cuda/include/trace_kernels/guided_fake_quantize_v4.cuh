@@ -1,11 +1,11 @@
-// Guided fake quantization v4 (see guided_fake_quantize.cuh for the op and v1..v3): v3's per-block
-// arithmetic in a software-pipelined persistent loop. v3 issues a pass's loads and then waits for
-// them, so each warp has bytes in flight only while it is stalled; v4 issues the next pass's loads
-// (x, guidance, scale bytes) into a second register set before it computes the current pass, so a
-// warp's compute and stores overlap its next loads (2x the bytes in flight per thread, at the cost
-// of the second register set: one pass = KSLOTS blocks of 32 B of 16-bit input plus guidance).
-// Results and counters are v3's, bit for bit (same block function, same exact fallback). FP16
-// input runs v3's loop (see guided_fake_quantize_kernel_v4).
+// Guided fake quantization's loop (see guided_fake_quantize.cuh for the op and the block arithmetic): v3's per-block
+// arithmetic in a software-pipelined persistent loop (v4). A plain loop issues a pass's loads and then waits for
+// them, so each warp has bytes in flight only while it is stalled; this one issues the next pass's loads (x,
+// guidance, scale bytes) into a second register set before it computes the current pass, so a warp's compute and
+// stores overlap its next loads (2x the bytes in flight per thread, at the cost of the second register set: one
+// pass = KSLOTS blocks of 32 B of 16-bit input plus guidance). Results and counters are those of the plain loop
+// (guided_fake_quantize_rows_v3), bit for bit. FP16 input runs the plain loop (see guided_fake_quantize_kernel_v4).
+// The kernels: guided_fake_quantize_v5.cuh (the trainer's call) and guided_fake_quantize_v7.cuh (the audit calls).
 #pragma once
 
 #include "trace_kernels/guided_fake_quantize.cuh"
@@ -20,7 +20,6 @@ struct GuidedConfigV4 {
   static constexpr int kSlots = KSLOTS_;  // whole blocks per thread and pass
   static constexpr int kHalfBlocksPerRow = D / 8;
   static constexpr int kBlocksPerRow = D / nvfp4::kBlock;
-  static constexpr bool kTables = false;  // see GuidedConfigV5
   static_assert(D % nvfp4::kBlock == 0, "D must be a multiple of 16");
   static_assert(CTA % 32 == 0, "whole warps");
 };

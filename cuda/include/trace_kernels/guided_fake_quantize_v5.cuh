@@ -1,22 +1,18 @@
-// Guided fake quantization v5 and v6 (see guided_fake_quantize.cuh for the op and v1..v3): the
-// trainer's call (compact guidance, no counters) in a kernel of its own.
-// v4 branches at run time between compact and full guidance, with and without counters, so ptxas
-// gives every launch the registers of its most demanding mode (127, full guidance with counters):
-// 16 warps per SM for the compact call too. Compiled for that call alone, v4's loop needs 77, and
-// the kernel asks for 3 CTAs of 256 threads per SM (24 warps; codegen COMPACT_ONLY_CTAS_PER_SM).
-// v5: v4's loop and block function (v3's search). v6: the same with v3's third search level and
-// output tree replaced by prmt table lookups (guided_pair_tables). Results are v3's bit for bit; FP16
-// input runs v3's loop, as in v4. The other modes launch v4's kernel (codegen).
+// Guided fake quantization, the trainer's call (compact guidance, no counters) in a kernel of its own (v6; see
+// guided_fake_quantize.cuh for the op). v4's loop branches at run time between compact and full guidance, with and
+// without counters, so ptxas would give every launch the registers of its most demanding mode (127, full guidance
+// with counters): 16 warps per SM. Compiled for this call alone it needs 77, and the kernel asks for 3 CTAs of 256
+// threads per SM (24 warps; codegen COMPACT_ONLY_CTAS_PER_SM). The search's third level and output are prmt table
+// lookups (guided_pair_tables). FP16 input runs the plain loop, as in v4. The audit calls have kernels of their own
+// (guided_fake_quantize_v7.cuh).
 #pragma once
 
 #include "trace_kernels/guided_fake_quantize_v4.cuh"
 
 namespace trace_kernels {
 
-template <typename T_, int D_, int CTA_, int KSLOTS_, bool TABLES_>
-struct GuidedConfigV5 : GuidedConfigV4<T_, D_, CTA_, KSLOTS_> {
-  static constexpr bool kTables = TABLES_;  // v6
-};
+template <typename T_, int D_, int CTA_, int KSLOTS_>
+struct GuidedConfigV5 : GuidedConfigV4<T_, D_, CTA_, KSLOTS_> {};
 
 // Compact guidance, no counters: rollout codes and counters are not read.
 template <class Cfg>

@@ -1,12 +1,10 @@
-// Guided fake quantization v7 (see guided_fake_quantize.cuh for the op and v1..v3): the audit calls
-// (compact guidance with counters, full guidance with and without), each in a kernel of its own with
-// v6's table search. v4 serves them from one kernel that branches on the mode at run time, so every call
-// gets the registers of the most demanding path (127: 2 CTAs of 256 per SM), and its third search
-// level and output are trees of LOP3 (guided_pair_v3). v7 compiles one mode per kernel (FULL_, COUNT_
-// fixed) on v4's software-pipelined loop and picks the third level and the output by prmt tables
-// (guided_pair_tables), with the counters' round-to-nearest parity on the FMA pipe (guided_count_pair).
-// Results and counters are v3's bit for bit; FP16 input runs v3's loop with the same block function, as
-// in v4. The trainer's call (compact, no counters) launches v6's kernel (codegen).
+// Guided fake quantization v7 (see guided_fake_quantize.cuh for the op): the audit calls (compact guidance with
+// counters, full guidance with and without), each in a kernel of its own. v4's one kernel branched on the mode at
+// run time, so every call got the registers of the most demanding path (127: 2 CTAs of 256 per SM). v7 compiles one
+// mode per kernel (FULL_, COUNT_ fixed) on v4's software-pipelined loop (or, PIPELINED_ false, the plain loop), with
+// the table search (guided_pair_tables) and the counters' round-to-nearest parity on the FMA pipe
+// (guided_count_pair). FP16 input runs the plain loop with the same block function, as in v4. The trainer's call
+// (compact, no counters) launches v6's kernel (guided_fake_quantize_v5.cuh).
 #pragma once
 
 #include "trace_kernels/guided_fake_quantize_v4.cuh"
@@ -15,7 +13,6 @@ namespace trace_kernels {
 
 template <typename T_, int D_, int CTA_, int KSLOTS_, bool FULL_, bool COUNT_, bool PIPELINED_ = true>
 struct GuidedConfigV7 : GuidedConfigV4<T_, D_, CTA_, KSLOTS_> {
-  static constexpr bool kTables = true;
   static constexpr bool kFull = FULL_;    // rollout codes (else mantissa bits)
   static constexpr bool kCount = COUNT_;  // the launch passes counters (else they are not touched)
   // v4's software-pipelined loop (two register sets), else v3's (fewer registers, more warps; FP16: always v3's)

@@ -1,5 +1,5 @@
 """`guided_fake_quantize`: trainer x + rollout guidance -> guided fake-quantized x (straight-through
-gradient) and audit counters. GPU: cuda/include/trace_kernels/guided_fake_quantize.cuh.
+gradient) and audit counters. GPU: cuda/include/trace_kernels/guided_fake_quantize*.cuh.
 
 Counters (int64 [4]): elements, elements where guidance changed round-to-nearest's code, and (full
 guidance only) elements where the chosen / the round-to-nearest code equals the rollout's.
@@ -8,8 +8,6 @@ Round-to-nearest here uses the rollout's scales, so [1] counts exactly the flips
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from trace_kernels import nvfp4, nvtx
@@ -17,7 +15,7 @@ from trace_kernels.codegen.ops import guided_fake_quantize as codegen_guided
 from trace_kernels.ops._common import (KERNEL_DTYPES, after_launch, check_cuda_device, check_last_dim, check_rows,
                                        check_tensor, new_output, resident_ctas, status_buffer)
 
-GRID_LIMIT: int | None = None  # tests: cap a persistent variant's grid so each CTA takes several passes
+GRID_LIMIT: int | None = None  # tests: cap the persistent grid so each CTA takes several passes
 COUNTER_NAMES = ("elements", "changed_by_guidance", "guided_equals_rollout", "nearest_equals_rollout")
 
 
@@ -50,11 +48,6 @@ def _guidance(scale, block_scales, mantissa_bits, codes) -> nvfp4.Guidance:
     return nvfp4.Guidance(scale=scale, block_scales=block_scales, mantissa_bits=mantissa_bits, codes=codes)
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device: int) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
     from trace_kernels.runtime import i32, kernel_for, ptr
     device = check_cuda_device(x)
@@ -69,11 +62,8 @@ def _launch(x, scale, block_scales, mantissa_bits, codes, with_counters):
         launch = spec.launch
         grid = -(-(rows * d // launch["elements_per_unit"]) // launch["units_per_cta"])
         kernel = kernel_for(spec)
-        if "ctas_per_sm" in launch:  # persistent grid-stride kernel (v3..v6): at most one wave of CTAs
-            wave = _sm_count(device) * launch["ctas_per_sm"]
-            if launch.get("fill_sms"):  # v5 / v6: as many CTAs as the kernel's registers allow
-                wave = max(1, resident_ctas(kernel, device, launch["threads"]))
-            grid = min(grid, GRID_LIMIT or wave)
+        # persistent grid-stride kernels: at most one wave of as many CTAs as the kernel's registers allow
+        grid = min(grid, GRID_LIMIT or max(1, resident_ctas(kernel, device, launch["threads"])))
         with nvtx.annotate("guided_fake_quantize"):
             kernel.launch(device, (grid,), (spec.launch["threads"],),
                           [ptr(x), ptr(row_scales), ptr(block_scales), ptr(mantissa_bits), ptr(codes), ptr(out),
