@@ -26,6 +26,8 @@
 #   call B, the checks: AB=0 TIMELINES="" VARIANTS="" (425 KV GPU tests: the GQA 5 / 12 decode cases of the
 #     twenty-seventh session and the fused merge's of the twenty-eighth, not yet run on a GPU; sanitizers; RL tests)
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh
+#   .tkcache: python profiling/prebuild_device_caches.py kv engine (2 min here); .ab_base: mkdir .ab_base &&
+#   git archive 3020219 cuda | tar -x -C .ab_base
 #   -> $OUT/decode_ends.tar
 set -uo pipefail
 OUT=${OUT:-runs/decode_ends}

@@ -4,7 +4,8 @@
 # small subset, the memory-kernel benchmark (all variants + copy study), then a short table.
 # Logs and JSON go to ${OUT:-runs/issue3}. Every step has its own time limit, so one slow step
 # cannot eat the others' time.
-# Usage (repo root; carry .whl): OUT=$OUT bash profiling/run_gpu_checks_issue3.sh
+# Usage (repo root; carry .whl and, built by `python profiling/prebuild_device_caches.py memory`, .tkcache):
+#   OUT=$OUT bash profiling/run_gpu_checks_issue3.sh
 set -uo pipefail
 OUT=${OUT:-runs/issue3}
 mkdir -p "$OUT"

@@ -12,6 +12,7 @@
 # Its kernels, built here beforehand (nvcc 13.0) into the ignored .tkcache_shapes: moe_prebuild.py --tables auto
 # --no-extras for the two MoE shapes of step 3 and the odd-chunk test shape, and the decode kernels of steps 1-2.
 # Usage (repo root; carry .whl, .tkcache_shapes): OUT=$OUT bash profiling/run_gpu_checks_other_shapes.sh
+#   .tkcache_shapes: python profiling/prebuild_device_caches.py --cache .tkcache_shapes kv other_shapes
 #   -> $OUT/other_shapes.tar
 set -uo pipefail
 OUT=${OUT:-runs/other_shapes}

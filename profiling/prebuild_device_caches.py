@@ -1,0 +1,109 @@
+"""Build, on this machine (nvcc only, no GPU), the JIT cache a device call carries, so that the call spends its
+minutes on the GPU rather than on nvcc. A fresh checkout has none: the caches are ignored files.
+
+    python profiling/prebuild_device_caches.py kv engine memory             # .tkcache: decode_ends.sh, issue3.sh
+    python profiling/prebuild_device_caches.py --cache .tkcache_shapes kv other_shapes   # other_shapes.sh
+
+Sets:
+  kv            the KV GPU tests' and the attention benchmark's kernels (kv_testing.kernel_specs)
+  engine        the rollout engine's kernels of the RL GPU tests' two models (gpu_env.sh's
+                prebuild_engine_test_models)
+  memory        the memory kernels' GPU tests and benchmark (kernel_sets.memory_kernel_specs)
+  other_shapes  run_gpu_checks_other_shapes.sh's MoE auto tables (gpt-oss-120b's and Mixtral-8x7B's shapes, the
+                odd-chunk test shape) and the decode kernels it benchmarks at Llama 4's and GLM-4.5's heads
+Afterwards only the newest entry of each kernel name stays (an edited header leaves the old key's entry behind) and the
+cache's size is printed: the device tool carries at most 64 MiB, the tree included. On this 2-core machine (nvcc
+13.0, 2026-12-05): kv 119 kernels in 48 s, engine 54 in 69 s, memory 141 in 69 s; 26 MiB the three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+OTHER_MOE_SHAPES = ("E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64", "E=8,H=4096,I=14336,k=2,hq=32,hkv=8,hd=128")
+# (Hq, Hkv, D, P): NVFP4 variants, BF16 variants, as run_gpu_checks_other_shapes.sh benchmarks them
+OTHER_DECODE_HEADS = {(40, 8, 128, 16): (("mma4l", "mma4l_w1s2", "mma2_w2s2"), ("mma",)),
+                      (96, 8, 128, 16): (("mma4l", "mma2_w2s2"), ("mma",))}
+ENGINE_TEST_MODELS = ("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64", "E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64")
+ENGINE_TEST_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def kv_specs() -> list:
+    from trace_kernels import kv_testing
+    return kv_testing.kernel_specs()
+
+
+def engine_specs() -> list:
+    from prebuild_engine_kernels import specs_for  # profiling/ is the script's folder
+    return [s for model in ENGINE_TEST_MODELS for s in specs_for(model, list(ENGINE_TEST_TOKENS))]
+
+
+def memory_specs() -> list:
+    from trace_kernels.testing.kernel_sets import memory_kernel_specs
+    return memory_kernel_specs()
+
+
+def other_shapes_specs() -> list:
+    from trace_kernels import shapes
+    from trace_kernels.codegen.ops import decode_attention, quantize
+    from trace_kernels.codegen.ops import moe_gemm as codegen
+    from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE
+    specs = []
+    for shape in [*(shapes.resolve(s) for s in OTHER_MOE_SHAPES), ODD_CHUNKS_SHAPE]:
+        specs += codegen.specs_for_shape(shape, ("auto",)) + quantize.specs_for_shape(shape)
+    for (hq, hkv, d, p), (nvfp4, bf16) in OTHER_DECODE_HEADS.items():
+        specs += [decode_attention.spec("nvfp4", hq, hkv, d, p, v) for v in nvfp4]
+        specs += [decode_attention.spec("bf16", hq, hkv, d, p, v) for v in bf16]
+        specs.append(decode_attention.combine_spec(d))
+    return specs
+
+
+SETS = {"kv": kv_specs, "engine": engine_specs, "memory": memory_specs, "other_shapes": other_shapes_specs}
+
+
+def keep_newest(root: Path) -> int:
+    """Remove every cache entry (NAME-KEY folder) but the newest of its kernel name; returns how many went."""
+    newest: dict[str, Path] = {}
+    removed = 0
+    folders = [f for f in root.glob("v*/*-*") if f.is_dir() and not f.name.startswith(".")]  # (.tmp-, .trash-)
+    for folder in sorted(folders, key=lambda f: f.stat().st_mtime):
+        name = folder.name.rsplit("-", 1)[0]
+        if name in newest:
+            shutil.rmtree(newest[name])
+            removed += 1
+        newest[name] = folder
+    return removed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sets", nargs="+", choices=tuple(SETS))
+    parser.add_argument("--cache", default=".tkcache", help="cache folder (TRACE_KERNELS_CACHE_DIR of the call)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args(argv)
+    root = Path(args.cache).resolve()
+    os.environ["TRACE_KERNELS_CACHE_DIR"] = str(root)  # before the JIT reads it
+    from trace_kernels import jit
+    failed = 0
+    for name in args.sets:
+        t = time.time()
+        specs = list({s.name: s for s in SETS[name]()}.values())
+        entries = jit.build_all(specs, jobs=args.jobs, keep_going=True)
+        bad = [(s.name, str(e)[-400:]) for s, e in zip(specs, entries) if isinstance(e, Exception)]
+        for kernel, error in bad:
+            print("FAILED", kernel, error)
+        failed += len(bad)
+        print(f"{name}: {len(specs) - len(bad)} of {len(specs)} kernels in {time.time() - t:.0f} s", flush=True)
+    removed = keep_newest(root)
+    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    print(f"{root}: {size / 2**20:.1f} MiB after removing {removed} older entries")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""profiling/prebuild_device_caches.py without nvcc: its kernel sets and the pruning of stale cache entries."""
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "profiling"))
+
+import prebuild_device_caches as caches  # noqa: E402
+
+
+def _entry(root: Path, name: str, mtime: float) -> Path:
+    folder = root / "v1" / name
+    folder.mkdir(parents=True)
+    (folder / "kernel.cubin").write_bytes(b"\x7fELF")
+    os.utime(folder, (mtime, mtime))
+    return folder
+
+
+def test_keep_newest_leaves_one_entry_per_kernel_name(tmp_path):
+    old = _entry(tmp_path, "decode_attention_nvfp4_mma4l_hq32_hkv4_d128_p16_sm90a-aaaa", 100.0)
+    new = _entry(tmp_path, "decode_attention_nvfp4_mma4l_hq32_hkv4_d128_p16_sm90a-bbbb", 200.0)
+    older = _entry(tmp_path, "decode_attention_nvfp4_mma4l_hq32_hkv4_d128_p16_sm90a-cccc", 50.0)
+    other = _entry(tmp_path, "nvfp4_quantize_bf16_v2_d2048_sm90a-dddd", 10.0)
+    building = _entry(tmp_path, ".tmp-nvfp4_quantize_bf16_v2_d2048_sm90a-x1y2", 300.0)  # another process's build
+    assert caches.keep_newest(tmp_path) == 2
+    assert new.is_dir() and other.is_dir() and building.is_dir()
+    assert not old.exists() and not older.exists()
+
+
+def test_every_set_names_its_kernels():
+    """Each set enumerates specs (no build here): the ops and shapes they name still exist."""
+    for name, specs_of in caches.SETS.items():
+        specs = specs_of()
+        assert specs and all(s.name.endswith("_sm90a") for s in specs), name
+    ops = {s.op for s in caches.SETS["other_shapes"]()}
+    assert {"decode_attention", "nvfp4_quantize"} <= ops and any(op.startswith("moe") for op in ops)
