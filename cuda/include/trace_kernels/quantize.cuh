@@ -75,13 +75,7 @@ __device__ __forceinline__ void quantize_row_blocks_impl(const Vec8<typename Cfg
   constexpr int D = Cfg::D;
   constexpr int kSlots = Cfg::kBlockSlots;
   float block_amax[kSlots];
-  float amax = 0.f;
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    block_amax[k] = block16_abs_max<T>(v[k][0], v[k][1]);
-    amax = nvfp4::fmax_nan(amax, block_amax[k]);
-  }
-  amax = row_group_amax<Cfg>(amax);
+  const float amax = row_group_amax<Cfg>(blocks16_abs_max<T, kSlots>(v, block_amax));
   if (!row_ok) return;
 
   if (!nvfp4::is_finite(amax)) {  // leave this row's outputs alone and raise the flag

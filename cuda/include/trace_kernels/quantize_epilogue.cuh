@@ -292,6 +292,18 @@ __device__ __forceinline__ float block16_abs_max(const Vec8<T>& lo, const Vec8<T
   else return nvfp4::fmax_nan(lo.abs_max(), hi.abs_max());
 }
 
+// Each of n whole blocks' max |x| into block_amax; returns their max (NaN-propagating).
+template <typename T, int n>
+__device__ __forceinline__ float blocks16_abs_max(const Vec8<T> (&v)[n][2], float (&block_amax)[n]) {
+  float amax = 0.f;
+#pragma unroll
+  for (int k = 0; k < n; ++k) {
+    block_amax[k] = block16_abs_max<T>(v[k][0], v[k][1]);
+    amax = nvfp4::fmax_nan(amax, block_amax[k]);
+  }
+  return amax;
+}
+
 // block_step for row_scale_fast(s): the division by six_s is Markstein's (exact here: the block amax
 // is 0 or below 2^49; one under 2^-80 gives a quotient under 2^-42, which E4M3 rounds to 0 anyway).
 __device__ __forceinline__ nvfp4::BlockStep block_step_fast(float block_amax, float s, const nvfp4::Divisor& six_s) {

@@ -83,13 +83,8 @@ __device__ __forceinline__ void refit_speculate_tile(const typename Cfg::T* __re
     }
   }
   float block_amax[kBlocks];
-  float amax = 0.f;
-#pragma unroll
-  for (int k = 0; k < kBlocks; ++k) {
-    block_amax[k] = block16_abs_max<T>(v[k][0], v[k][1]);
-    amax = nvfp4::fmax_nan(amax, block_amax[k]);
-  }
-  amax = refit_publish_warp_amax<Cfg>(workspace, experts, e, t, tiles, amax, guess);
+  const float amax = refit_publish_warp_amax<Cfg>(workspace, experts, e, t, tiles,
+                                                  blocks16_abs_max<T, kBlocks>(v, block_amax), guess);
   // s(amax) = RN(amax / 2688) is monotone, so a warp whose own s exceeds the guess proves it wrong; a non-finite one
   // makes the expert non-finite. Either way a later phase rewrites the expert, and this warp writes nothing.
   if (!refit_guess_valid(guess) || !nvfp4::is_finite(amax) || __fdiv_rn(amax, nvfp4::kGlobalDivisor) > guess) return;
