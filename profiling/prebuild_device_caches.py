@@ -13,7 +13,8 @@ Sets:
                 odd-chunk test shape) and the decode kernels it benchmarks at Llama 4's and GLM-4.5's heads
 Afterwards only the newest entry of each kernel name stays (an edited header leaves the old key's entry behind) and the
 cache's size is printed: the device tool carries at most 64 MiB, the tree included. On this 2-core machine (nvcc
-13.0, 2026-12-05): kv 119 kernels in 48 s, engine 54 in 69 s, memory 141 in 69 s; 26 MiB the three.
+13.0, 2026-12-05): kv 119 kernels in 48 s, engine 54 in 69 s, memory 141 in 69 s (26 MiB the three),
+other_shapes 67 in 185 s (6 MiB).
 """
 
 from __future__ import annotations
