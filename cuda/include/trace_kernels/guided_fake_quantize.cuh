@@ -69,7 +69,7 @@ __device__ __forceinline__ uint32_t guided_compact_bits(float a, uint32_t bit22,
 }
 
 // Full guidance: away from zero iff the rollout's code lies beyond the floor on y's side (in the
-// shifted domain: value(code) + offset is exact). Counters as in v1: changed, chosen == rollout,
+// shifted domain: value(code) + offset is exact). Counters as the op defines them: changed, chosen == rollout,
 // nearest == rollout (a zero matches either sign).
 __device__ __forceinline__ uint32_t guided_full_bits(float a, uint32_t y_sign, uint32_t code, bool count,
                                                      uint32_t& changed, uint32_t& guided_eq, uint32_t& nearest_eq) {
@@ -104,7 +104,7 @@ __device__ __forceinline__ uint32_t guided_full_bits(float a, uint32_t y_sign, u
 // neighbour of that gap, else when |x| >= A_j (q reached g_j):
 //   compact: wants it iff j's mantissa bit (j & 1) equals the guidance bit;
 //   full:    iff r >= j, r = the rollout's magnitude index if its sign is x's, else 0
-//            (then m = clamp(r, floor(q), ceil(q)): v1's take_lower rule).
+//            (then m = clamp(r, floor(q), ceil(q)): the reference's rule, nvfp4.guided_quantize).
 // So m comes from a 3-level search over 7 thresholds, each chosen between B_{j-1} and A_j by the
 // guidance, and the output from a select tree over the block's 8 outputs RN16(RN32(g_m d)) | sign
 // (the FP32 product rounded once to 16 bits, as the reference's dequantize then .to(dtype)).
