@@ -80,10 +80,10 @@ decode_sanitizers() {
 }
 
 # prebuild_engine_test_models LIMIT LOG: the rollout engine's kernels of the GPU tests' two models
-# (rl/configs/models.toml's tiny-kernels and small) at every decode batch the tests use.
+# (rl/configs/models.toml's tiny-kernels and small) at every decode batch the tests use: prebuild_device_caches.py's
+# engine set, into the cache the call uses.
 prebuild_engine_test_models() {
-  timeout "$1" python3 profiling/prebuild_engine_kernels.py "E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64:1,2,4,8,16,32,64,128" \
-    "E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64:1,2,4,8,16,32,64,128" > "$2" 2>&1
+  timeout "$1" python3 profiling/prebuild_device_caches.py --cache "$TRACE_KERNELS_CACHE_DIR" engine > "$2" 2>&1
 }
 
 # sweep_bands DIR PREFIX SHAPE BAND...: sweep_moe_gemm_tiles.py --tiles per band ("TOKENS|KINDS|TILES"), while more

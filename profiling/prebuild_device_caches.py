@@ -7,7 +7,7 @@ minutes on the GPU rather than on nvcc. A fresh checkout has none: the caches ar
 Sets:
   kv            the KV GPU tests' and the attention benchmark's kernels (kv_testing.kernel_specs)
   engine        the rollout engine's kernels of the RL GPU tests' two models (gpu_env.sh's
-                prebuild_engine_test_models)
+                prebuild_engine_test_models runs this set on the device)
   memory        the memory kernels' GPU tests and benchmark (kernel_sets.memory_kernel_specs)
   other_shapes  run_gpu_checks_other_shapes.sh's MoE auto tables (gpt-oss-120b's and Mixtral-8x7B's shapes, the
                 odd-chunk test shape) and the decode kernels it benchmarks at Llama 4's and GLM-4.5's heads
@@ -30,6 +30,7 @@ OTHER_MOE_SHAPES = ("E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64", "E=8,H=4096,I=1
 # (Hq, Hkv, D, P): NVFP4 variants, BF16 variants, as run_gpu_checks_other_shapes.sh benchmarks them
 OTHER_DECODE_HEADS = {(40, 8, 128, 16): (("mma4l", "mma4l_w1s2", "mma2_w2s2"), ("mma",)),
                       (96, 8, 128, 16): (("mma4l", "mma2_w2s2"), ("mma",))}
+# rl/configs/models.toml's tiny-kernels and small, at every decode batch the RL GPU tests use
 ENGINE_TEST_MODELS = ("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64", "E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64")
 ENGINE_TEST_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128)
 
