@@ -1,17 +1,14 @@
 """Paged decode attention (NVFP4 / BF16 pages) vs SDPA over a contiguous BF16 cache vs the copy roofline.
 
     python profiling/bench_attention.py --out profiling/results/attention_h200.json
-    python profiling/bench_attention.py --decode-only --nvfp4-variants mma,mma2,mma3 --bf16-variants mma  # A/B
+    python profiling/bench_attention.py --decode-only --nvfp4-variants mma4l,mma4l_w1s2,mma2_w2s2  # A/B
 
 Issue 5's matrix: Hq=32, Hkv=4, D=128, P=16 (--heads HQxHKVxDxP for another shape, e.g. 40x8x128x16), (B, L) in
 (8, 8K), (8, 32K), (4, 128K), (32, 32K), plus a batch at 128K whose NVFP4 cache is --fill-gb GB. Every sequence has
 length L; pages are a random permutation (non-contiguous); page contents are random valid NVFP4 / BF16 bytes (the
 kernels have no value-dependent branches, and quantizing tens of GB first would cost minutes of device time).
-Contenders, in the same run: our NVFP4 and BF16 paged decode, each as the CUDA-core kernel (JSON keys
-"nvfp4", "bf16"), the tensor-core kernel ("nvfp4_mma", "bf16_mma") and, NVFP4 only, the tensor-core
-kernel with tokens as MMA rows ("nvfp4_mma2") and its page-run-loader / lazy-rescale version
-("nvfp4_mma3"), torch SDPA over a
-contiguous BF16 cache (GQA folded into the query length: q [B, Hkv, G, D] against K/V [B, Hkv, L, D],
+Contenders, in the same run: our NVFP4 paged decode kernels (--nvfp4-variants, JSON keys "nvfp4_<variant>": the
+default mma4l and the fallback mma2_w2s2), the BF16 one ("bf16_mma"), torch SDPA over a contiguous BF16 cache (GQA folded into the query length: q [B, Hkv, G, D] against K/V [B, Hkv, L, D],
 which lets the flash backend run it), and the copy roofline = bytes / the fastest of three 1 GiB
 device copies measured here (graph memcpy node, eager memcpy, elementwise kernel).
 Bytes = K and V pages read once (+ q and out). Time = median of CUDA-graph replays rotating over
@@ -98,7 +95,7 @@ def copy_bandwidth(l2: int) -> dict:
     return out
 
 
-def bench_paged(fmt: str, batch: int, length: int, l2: int, max_sets: int = 4, variant: str = "simt",
+def bench_paged(fmt: str, batch: int, length: int, l2: int, max_sets: int = 4, variant: str | None = None,
                 num_splits: int | None = None) -> dict:
     per_set = 2 * batch * length * HKV * token_head_bytes(fmt)
     sets = variants_for(per_set, l2, max_sets)
@@ -329,8 +326,9 @@ def max_batch(length: int) -> dict:
 
 
 def key(fmt: str, variant: str) -> str:
-    """JSON key of a paged contender: "nvfp4" / "bf16" for simt (the historical names), else fmt_variant."""
-    return fmt if variant == "simt" else f"{fmt}_{variant}"
+    """JSON key of a paged contender. (Results before 2026-12-05 also hold "nvfp4" / "bf16": the removed FP32
+    CUDA-core kernel.)"""
+    return f"{fmt}_{variant}"
 
 
 def save(result: dict, path: str) -> None:
@@ -357,15 +355,14 @@ def print_decode_table(rows: list, contenders: list) -> None:
 
 
 def expand_variants(text: str) -> list[str]:
-    """The comma list of NVFP4 variants, 'sweep' expanded to mma2 + MMA2_SWEEP_VARIANTS, 'sweep4' to
-    MMA4_SWEEP_VARIANTS (mma4: whole pages per CTA)."""
+    """The comma list of NVFP4 variants, 'configs' expanded to the default, the fallback and
+    decode_attention.CONFIG_TEST_VARIANTS."""
     from trace_kernels.codegen.ops import decode_attention
     out = []
     for v in (v for v in text.split(",") if v):
-        if v == "sweep":
-            out += ["mma2", *decode_attention.MMA2_SWEEP_VARIANTS]
-        elif v == "sweep4":
-            out += list(decode_attention.MMA4_SWEEP_VARIANTS)
+        if v == "configs":
+            out += [attention.DEFAULT_NVFP4_VARIANT, attention.NVFP4_FALLBACK_VARIANT,
+                    *decode_attention.CONFIG_TEST_VARIANTS]
         else:
             out.append(v)
     return list(dict.fromkeys(out))
@@ -373,10 +370,10 @@ def expand_variants(text: str) -> list[str]:
 
 def build_kernels(jobs: int, nvfp4_variants: list[str] = (), named_only: bool = False) -> bool:
     """Build (or find in the JIT cache) every decode / append kernel the GPU tests and this benchmark
-    launch, mma3 at every test shape included, plus the NVFP4 variants named (sweep configurations: at
-    the benchmark's and the sweep test's shapes); one line per kernel (registers, spills). No GPU needed,
-    so the cache can be filled on a build machine (TRACE_KERNELS_CACHE_DIR) and carried. named_only: just the
-    named variants at MMA2_SWEEP_TEST_SHAPES and the combine kernels (what the sweep script launches)."""
+    launch, plus the NVFP4 variants named (at the benchmark's and the configuration tests' shapes); one line per
+    kernel (registers, spills). No GPU needed, so the cache can be filled on a build machine
+    (TRACE_KERNELS_CACHE_DIR) and carried. named_only: just the named variants at CONFIG_TEST_SHAPES and the
+    combine kernels."""
     import re
     import time
 
@@ -388,11 +385,10 @@ def build_kernels(jobs: int, nvfp4_variants: list[str] = (), named_only: bool = 
         specs = [decode_attention.combine_spec(d) for d in decode_attention.HEAD_DIMS]
         configured = nvfp4_variants
     else:
-        specs = kv_testing.kernel_specs()  # mma3 at every test shape among them
-        configured = [v for v in nvfp4_variants if (decode_attention.mma2_config(v) and
-                      v not in decode_attention.MMA2_TEMPLATES) or decode_attention.mma4_config(v)]
+        specs = kv_testing.kernel_specs()
+        configured = nvfp4_variants
     specs += [decode_attention.spec("nvfp4", hq, hkv, d, p, v) for v in configured
-              for hq, hkv, d, p in decode_attention.MMA2_SWEEP_TEST_SHAPES]
+              for hq, hkv, d, p in decode_attention.CONFIG_TEST_SHAPES]
     if not named_only and (HQ, HKV, D, P) not in kv_testing.TEST_SHAPES:  # a --heads shape of its own
         specs += [decode_attention.spec("nvfp4", HQ, HKV, D, P, v) for v in nvfp4_variants]
         specs += [decode_attention.spec("nvfp4", HQ, HKV, D, P, attention.default_variant("nvfp4", HQ, HKV, D, P)),
@@ -420,15 +416,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="first two cases only")
     parser.add_argument("--decode-only", action="store_true",
                         help="the four decode cases only (no memory-filling batch, kv_append, extend)")
-    parser.add_argument("--nvfp4-variants", default="simt,mma,mma2,mma3",
-                        help="comma list of NVFP4 decode kernels; 'sweep' = mma2 + the occupancy configurations "
-                             "of decode_attention.MMA2_SWEEP_VARIANTS (e.g. mma2_w1s2: 1 warp, 2 stages)")
+    parser.add_argument("--nvfp4-variants", default="mma4l,mma2_w2s2",
+                        help="comma list of NVFP4 decode kernels; 'configs' = the default, the fallback and "
+                             "decode_attention.CONFIG_TEST_VARIANTS (e.g. mma4l_w1s2: 1 warp per kv head, 2 stages)")
     parser.add_argument("--build-named-only", action="store_true",
-                        help="with --build-only: only the --nvfp4-variants kernels (sweep shapes) and the combine")
+                        help="with --build-only: only the --nvfp4-variants kernels (CONFIG_TEST_SHAPES) and the "
+                             "combine")
     parser.add_argument("--ncu-case", default="", metavar="B,L",
                         help="only launch the NVFP4 decode of one case 3 times with the first --nvfp4-variants "
                              "kernel (a driver for ncu) and exit")
-    parser.add_argument("--bf16-variants", default="simt,mma", help="comma list of BF16 decode kernels")
+    parser.add_argument("--bf16-variants", default="mma", help="comma list of BF16 decode kernels")
     parser.add_argument("--splits", default="", metavar="S,...",
                         help="also time each NVFP4 variant at these split counts (num_splits; contender "
                              "nvfp4_<variant>_s<S>) besides the planned one")
@@ -562,19 +559,7 @@ def main() -> None:
     result.update({"kv_append": append, "extend": extend, "max_batch_128k": max_batch(131072)})
     save(result, args.out)
 
-    print(f"\n{'B':>5} {'L':>7} | {'NVFP4 simt ms':>13} {'TB/s':>5} {'%copy':>6} {'xSDPA':>6} | {'NVFP4 mma ms':>12} "
-          f"{'TB/s':>5} {'%copy':>6} {'xSDPA':>6} | {'BF16 ms':>8} {'TB/s':>5} {'xSDPA':>6} | {'BF16 mma':>8} {'TB/s':>5} {'xSDPA':>6} | "
-          f"{'SDPA ms':>8} {'TB/s':>5}")
-    for row in rows:
-        n, m, b, bm, s = (row.get(k, {}) for k in ("nvfp4", "nvfp4_mma", "bf16", "bf16_mma", "sdpa_bf16"))
-        f = lambda r, k, fmt: format(r[k], fmt) if k in r else "-"  # noqa: E731
-        print(f"{row['batch']:>5} {row['length']:>7} | {f(n, 'ms', '13.3f')} {f(n, 'tb_per_s', '5.2f')} "
-              f"{f(n, 'fraction_of_copy', '6.1%')} {f(n, 'speedup_vs_sdpa', '6.2f')} | {f(m, 'ms', '12.3f')} "
-              f"{f(m, 'tb_per_s', '5.2f')} {f(m, 'fraction_of_copy', '6.1%')} {f(m, 'speedup_vs_sdpa', '6.2f')} | "
-              f"{f(b, 'ms', '8.3f')} {f(b, 'tb_per_s', '5.2f')} {f(b, 'speedup_vs_sdpa', '6.2f')} | "
-              f"{f(bm, 'ms', '8.3f')} {f(bm, 'tb_per_s', '5.2f')} {f(bm, 'speedup_vs_sdpa', '6.2f')} | "
-              f"{f(s, 'ms', '8.3f')} {f(s, 'tb_per_s', '5.2f')}")
-    print_decode_table(rows, [(key("nvfp4", v),) for v in nvfp4_variants if v not in ("simt", "mma")])
+    print_decode_table(rows, contenders)
     print_append(append)
     print_gather([], extend)
     mb = result["max_batch_128k"]

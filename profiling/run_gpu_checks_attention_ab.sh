@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names decode-attention variants removed on 2026-12-05 (simt, mma on NVFP4 pages, mma2 and its
+# sweep configurations, mma3, mma4), so it runs as written only on commit 9d9c541 or earlier.
 # Issue 5 A/B of the NVFP4 decode-attention kernels on the H200 (<= 4 minutes, every step under
 # `timeout`): the kernels from the carried JIT cache (ptxas report), the decode GPU tests of the
 # NVFP4 tensor-core variants (mma, mma2, mma3; simt and the BF16 kernels are unchanged), the

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names decode-attention variants removed on 2026-12-05 (simt, mma on NVFP4 pages, mma2 and its
+# sweep configurations, mma3, mma4), so it runs as written only on commit 9d9c541 or earlier.
 # Issue 5: the whole-page NVFP4 decode kernel mma4 (attention_decode_mma4.cuh) on the H200, one call
 # (<= BUDGET s, every step under `timeout`):
 #   (0) the kernels from the carried JIT cache (registers / spills; nvcc builds any miss)

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names decode-attention variants removed on 2026-12-05 (simt, mma on NVFP4 pages, mma2 and its
+# sweep configurations, mma3, mma4), so it runs as written only on commit 9d9c541 or earlier.
 # Issue 5: occupancy sweep of the NVFP4 decode kernel mma2 on the H200 (<= 110 s, every step under
 # `timeout`). The configurations are decode_attention.MMA2_SWEEP_VARIANTS (warps per CTA x cp.async
 # stages, e.g. mma2_w1s2; one mma3 at 1 warp), each its own kernel next to the unchanged default mma2:

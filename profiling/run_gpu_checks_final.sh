@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A record: it names memory-kernel variants removed on 2026-12-05 (refit_weights v1, v3-v7, v10, v11; quantize v1,
-# v4; guided_fake_quantize v1-v6 as variants), so it runs as written only on commit 32f5e89 or earlier.
+# v4; guided_fake_quantize v1-v6 as variants) and decode-attention variants removed the same day (simt, mma on NVFP4
+# pages, mma2, mma3, mma4), so it runs as written only on commit 32f5e89 or earlier.
 # Confirmation run after the 2026-11-29 A/Bs (< 7 min): the new defaults (NVFP4 decode attention
 # mma2_w2s2, guided_fake_quantize v4) under their GPU tests, the engine's GPU tests with the paced
 # guidance copies, compute-sanitizer memcheck on the engine, the paired capture A/B (decode steps

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A record: it names decode-attention variants removed on 2026-12-05 (simt, mma on NVFP4 pages, mma2 and its
+# sweep configurations, mma3, mma4), so it runs as written only on commit 9d9c541 or earlier.
 # Issue 5: the NVFP4 KV cache's encoded code words (kv_codes.py / kv_codes.cuh) on the H200, one call
 # (<= BUDGET s, every step under `timeout`). STEPS (default "build tests engine sanitize ab append ncu") picks:
 #   build:    this tree's KV kernels (registers / spills) and the base tree's decode kernels

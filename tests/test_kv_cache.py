@@ -176,7 +176,8 @@ def test_append_rejects_bad_slots_and_inputs():
 def test_kernel_names_and_shapes():
     from trace_kernels import shapes
     from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen, kv_gather as gather_codegen
-    assert decode_attention.spec("nvfp4", 32, 4, 128, 16).name == "decode_attention_nvfp4_hq32_hkv4_d128_p16_sm90a"
+    assert decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l").name == \
+        "decode_attention_nvfp4_mma4l_hq32_hkv4_d128_p16_sm90a"
     assert kv_codegen.spec("nvfp4", 4, 128).name == "kv_append_nvfp4_hkv4_d128_sm90a"
     assert kv_codegen.spec("nvfp4", 4, 128, "b2").launch["rows_per_cta"] == 2 * kv_codegen.spec("nvfp4", 4, 128).launch[
         "rows_per_cta"]
@@ -205,100 +206,95 @@ def test_kernel_names_and_shapes():
     assert kernel_spec(False, 4, 128) == kv_codegen.spec("bf16", 4, 128)
     assert kernel_spec(True, 4, 128) == kv_codegen.spec("nvfp4", 4, 128, DEFAULT_NVFP4_VARIANT)
     assert kernel_spec(True, 4, 128, "b4") == kv_codegen.spec("nvfp4", 4, 128, "b4")
-    assert decode_attention.spec("bf16", 64, 4, 128, 64).launch["head_groups"] == 2  # GQA 16: two CTAs per kv head
-    mma2 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma2")  # tokens as MMA rows, <= 8 heads per CTA
-    assert mma2.name == "decode_attention_nvfp4_mma2_hq64_hkv4_d128_p16_sm90a" and mma2.launch["head_groups"] == 2
-    mma3 = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3")  # mma2's math, page-run loader, lazy rescale
-    assert mma3.name == "decode_attention_nvfp4_mma3_hq32_hkv4_d128_p16_sm90a" and mma3.launch["threads"] == 64
-    assert "decode_attention_mma3<Config>" in mma3.render()
-    for variant in ("mma2", "mma3"):
+    assert decode_attention.spec("bf16", 64, 4, 128, 64, "mma").launch["head_groups"] == 1  # GQA 16: 16 MMA rows
+    mma2 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma2_w2s2")  # tokens as MMA rows, <= 8 heads per CTA
+    assert mma2.name == "decode_attention_nvfp4_mma2_w2s2_hq64_hkv4_d128_p16_sm90a" and mma2.launch["head_groups"] == 2
+    assert "decode_attention_mma2<Config>" in mma2.render()
+    for variant in ("mma2_w2s2", "mma4l"):
         with pytest.raises(ValueError, match="NVFP4 pages only"):
             decode_attention.spec("bf16", 32, 4, 128, 16, variant)
+    with pytest.raises(ValueError, match="BF16 pages only"):
+        decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma")
+    # removed variants (the last tree with them: 9d9c541) are refused by name
+    for removed in ("simt", "mma2", "mma3", "mma3_w1s3", "mma4", "mma4_w1s2"):
+        with pytest.raises(ValueError, match="variant must be"):
+            decode_attention.spec("nvfp4", 32, 4, 128, 16, removed)
     # GQA groups that are not powers of two (Llama 4: 5, MiniMax: 6, GLM-4.5: 12): the largest divisor of the group a
-    # CTA takes (a power of two for simt), so every CTA of a kv head computes the same number of q heads
-    for (hq, hkv), expect in {(40, 8): {"simt": 1, "mma": 5, "mma2": 5, "mma4l": 5},
-                              (12, 2): {"simt": 2, "mma": 6, "mma2": 6, "mma4l": 6},
-                              (96, 8): {"simt": 4, "mma": 12, "mma2": 6, "mma4l": 6}}.items():
+    # CTA takes, so every CTA of a kv head computes the same number of q heads
+    for (hq, hkv), expect in {(40, 8): {"mma": 5, "mma2_w2s2": 5, "mma4l": 5},
+                              (12, 2): {"mma": 6, "mma2_w2s2": 6, "mma4l": 6},
+                              (96, 8): {"mma": 12, "mma2_w2s2": 6, "mma4l": 6}}.items():
         for variant, heads in expect.items():
-            launch = decode_attention.spec("nvfp4", hq, hkv, 128, 16, variant).launch
+            launch = decode_attention.spec("bf16" if variant == "mma" else "nvfp4", hq, hkv, 128, 16, variant).launch
             assert (launch["heads_per_cta"], launch["head_groups"]) == (heads, hq // hkv // heads), (hq, hkv, variant)
-        assert decode_attention.spec("bf16", hq, hkv, 128, 16, "simt").launch["heads_per_cta"] == expect["simt"]
-    assert decode_attention.heads_per_cta(7, 8) == 7 and decode_attention.heads_per_cta(7, 8, power_of_two=True) == 1
+    assert decode_attention.heads_per_cta(7, 8) == 7 and decode_attention.heads_per_cta(12, 8) == 6
     with pytest.raises(ValueError, match="do not divide the group"):
         decode_attention.spec("nvfp4", 24, 4, 128, 16, "mma2_w2s2h4")  # an explicit 4 heads per CTA in a group of 6
     with pytest.raises(ValueError, match="multiple of kv_heads"):
-        decode_attention.spec("nvfp4", 24, 5, 128, 16)
+        decode_attention.spec("nvfp4", 24, 5, 128, 16, "mma4l")
     with pytest.raises(ValueError, match="head_dim"):
-        decode_attention.spec("nvfp4", 8, 1, 96, 16)
+        decode_attention.spec("nvfp4", 8, 1, 96, 16, "mma4l")
     for preset in shapes.PRESETS.values():
         for s in decode_attention.specs_for_shape(preset) + kv_codegen.specs_for_shape(preset):
             assert s.render() == s.render() and s.name in s.render()
 
 
-def test_mma2_sweep_configurations():
-    """mma2 / mma3 occupancy configurations: named apart, the plain variants render as before."""
+def test_mma2_configurations():
+    """mma2 occupancy configurations (warps, stages, min blocks, heads per CTA): named apart, refused when they do not
+    fit or their grammar is off."""
     from trace_kernels.codegen.ops import decode_attention
-    default = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2")
-    assert "__launch_bounds__(Config::kThreads) " in default.render()  # no min-blocks argument
-    assert default.launch["tile_tokens"] == 64 and default.launch["stages"] == 3
+    fallback = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2_w2s2")
+    assert "__launch_bounds__(Config::kThreads) " in fallback.render()  # no min-blocks argument
+    assert fallback.launch["tile_tokens"] == 64 and fallback.launch["stages"] == 2
+    assert fallback.launch["ctas_per_split"] == 4  # one kv head each
     w4 = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2_w4s2b4h4")
     assert w4.name == "decode_attention_nvfp4_mma2_w4s2b4h4_hq32_hkv4_d128_p16_sm90a"
     launch = w4.launch
     assert (launch["threads"], launch["tile_tokens"], launch["stages"], launch["head_groups"]) == (128, 128, 2, 2)
     src = w4.render()
     assert "__launch_bounds__(Config::kThreads, 4)" in src and "/*WARPS=*/4, /*STAGES=*/2" in src
-    assert "decode_attention_mma3<Config>" in decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3_w1s3").render()
-    for variant in decode_attention.MMA2_SWEEP_VARIANTS:
-        for shape in decode_attention.MMA2_SWEEP_TEST_SHAPES:
+    for variant in decode_attention.CONFIG_TEST_VARIANTS:
+        for shape in decode_attention.CONFIG_TEST_SHAPES:
             assert variant in decode_attention.spec("nvfp4", *shape, variant).name
     for bad, match in (("mma2_w4s3", "shared memory"), ("mma2_w8s2", "warps"), ("mma2_w2s2h3", "heads"),
-                       ("mma2_w2", "variant")):
+                       ("mma2_w2", "variant must be")):
         with pytest.raises(ValueError, match=match):
             decode_attention.spec("nvfp4", 32, 4, 128, 16, bad)
-    with pytest.raises(ValueError, match="NVFP4 pages only"):
-        decode_attention.spec("bf16", 32, 4, 128, 16, "mma2_w1s2")
 
 
-def test_mma4_configurations():
-    """mma4 (whole pages per CTA): one CTA per (sequence, split, head group), dynamic shared memory
+def test_mma4l_configurations():
+    """mma4l (whole pages per CTA): one CTA per (sequence, split, head group), dynamic shared memory
     sized like the header's stage layout, min blocks for 16 warps per SM, unsupported shapes refused."""
     from trace_kernels.codegen.ops import decode_attention
-    default = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4")
-    assert default.name == "decode_attention_nvfp4_mma4_hq32_hkv4_d128_p16_sm90a"
+    default = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l")
+    assert default.name == "decode_attention_nvfp4_mma4l_hq32_hkv4_d128_p16_sm90a"
     launch = default.launch
     assert (launch["threads"], launch["tile_tokens"], launch["stages"], launch["ctas_per_split"]) == (256, 64, 2, 1)
     # stage: 64 tokens x 4 heads x (K, V) x (64 code + 8 scale + 4 row-scale bytes) + mbarrier, 128-aligned
     assert launch["smem"] == 2 * (-(-(64 * 4 * 2 * 76 + 8) // 128) * 128) == 78080
     src = default.render()
     assert "__launch_bounds__(Config::kThreads, 2)" in src and "/*WARPS_PER_HEAD=*/2, /*STAGES=*/2" in src
-    assert "decode_attention_mma4<Config, /*kLean=*/false>" in src
-    assert "/*kLean=*/true" in decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l").render()
+    assert "decode_attention_mma4<Config>(params)" in src
     w1 = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l_w1s2b4")
     assert w1.name == "decode_attention_nvfp4_mma4l_w1s2b4_hq32_hkv4_d128_p16_sm90a" and w1.launch["threads"] == 128
-    gqa16 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma4").launch
+    gqa16 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma4l").launch
     assert (gqa16["head_groups"], gqa16["ctas_per_split"]) == (2, 2)
-    assert decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2").launch["ctas_per_split"] == 4  # one kv head each
-    assert "__launch_bounds__(Config::kThreads, 1)" in decode_attention.spec("nvfp4", 8, 8, 64, 16, "mma4").render()
+    assert "__launch_bounds__(Config::kThreads, 1)" in decode_attention.spec("nvfp4", 8, 8, 64, 16, "mma4l").render()
     assert "__launch_bounds__(Config::kThreads, 3)" in decode_attention.spec("nvfp4", 32, 4, 128, 16,
-                                                                             "mma4_w1s3b3").render()
-    for variant in decode_attention.MMA4_SWEEP_VARIANTS:
-        for shape in decode_attention.MMA2_SWEEP_TEST_SHAPES:
-            assert variant in decode_attention.spec("nvfp4", *shape, variant).name
-    for shape, bad, match in (((32, 4, 128, 24), "mma4", "page size"), ((32, 4, 128, 16), "mma4_w3s2", "warps"),
-                              ((32, 4, 128, 16), "mma4_w4s3", "shared memory"),
-                              ((256, 16, 128, 16), "mma4_w4s2", "warps per CTA")):
+                                                                             "mma4l_w1s3b3").render()
+    for shape, bad, match in (((32, 4, 128, 24), "mma4l", "page size"), ((32, 4, 128, 16), "mma4l_w3s2", "warps"),
+                              ((32, 4, 128, 16), "mma4l_w4s3", "shared memory"),
+                              ((256, 16, 128, 16), "mma4l_w4s2", "warps per CTA")):
         with pytest.raises(ValueError, match=match):
             decode_attention.spec("nvfp4", *shape, bad)
-    with pytest.raises(ValueError, match="NVFP4 pages only"):
-        decode_attention.spec("bf16", 32, 4, 128, 16, "mma4")
     # the public op accepts the variant (CPU tensors: the reference) and refuses shapes it does not take
     c = _case()
-    out = attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths, variant="mma4")
+    out = attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths, variant="mma4l")
     ref = attention.decode_attention_reference(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths)
     assert torch.equal(out, ref)
     c24 = kv_testing.make_case([20, 5], 8, 2, 64, 24, "nvfp4", seed=9)
     with pytest.raises(ValueError, match="page size"):
-        attention.decode_attention(c24.q, c24.k_cache, c24.v_cache, c24.block_table, c24.lengths, variant="mma4")
+        attention.decode_attention(c24.q, c24.k_cache, c24.v_cache, c24.block_table, c24.lengths, variant="mma4l")
 
 
 @pytest.mark.nvcc
@@ -308,11 +304,10 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     from trace_kernels.codegen.ops import decode_attention, kv_append as kv_codegen, kv_gather as gather_codegen
     from trace_kernels.jit import compiler
     nvcc = compiler.find_nvcc()
-    specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16), decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2"),
-             decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma3"),
-             decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4"),
+    specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2_w2s2"),
+             decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l"),
              decode_attention.spec("nvfp4", 10, 2, 128, 16, "mma4l"),  # GQA 5: 5 of the MMA's 8 columns
-             decode_attention.spec("bf16", 24, 2, 64, 64),  # GQA 12: simt's butterfly over 4 heads, 3 CTAs per kv head
+             decode_attention.spec("bf16", 24, 2, 64, 64, "mma"),  # GQA 12: 12 MMA rows
              kv_codegen.spec("nvfp4", 4, 128), gather_codegen.spec("bf16", 4, 128)]
 
     def build(spec):

@@ -130,15 +130,12 @@ class _DecodeParams(ctypes.Structure):  # trace_kernels::DecodeParams
 
 
 MAX_SPLITS = 256
-# decode kernel per page format: "simt" (FP32 CUDA cores), "mma" (tensor cores, q heads as MMA rows),
-# "mma2" / "mma3" (NVFP4: tokens as MMA rows); docs/kv_cache.md. bf16: mma, 1.6-2x simt on the H200;
-# nvfp4: mma2 with 2 warps and 2 stages ("mma2_w2s2"): in the same-run occupancy sweep of 2026-11-29
-# (profiling/run_gpu_checks_attention_sweep.sh) 1.15-1.18x the first mma2 config (2 warps, 3 stages)
-# and within 3% of the best at every case; mma2 was 1.6-1.9x mma. Every GPU test passed. Since the
-# kv_codes layout (2026-12-02): mma4, 5-11% faster than mma2_w2s2 at L >= 32K in two same-run A/Bs
-# (profiling/results/attention_kv_codes_h200.json); mma2_w2s2 takes the shapes mma4 does not. mma4l (mma4
-# with mma3's lazy rescaling) since the occupancy sweep on that layout: 2-3% faster than mma4 at L >= 32K in
-# both rounds, equal within 1.5% at 8 x 8K (profiling/results/attention_kv_codes_sweep_h200.json).
+# decode kernel per page format (docs/kv_cache.md; codegen.ops.decode_attention lists the variants). NVFP4: mma4l
+# (every kv head of a (sequence, split) in one CTA, whole pages by bulk copies, lazy rescaling). In same-run A/Bs on
+# the H200 its eager form was 5-11% faster than mma2_w2s2 (one kv head per CTA) at L >= 32K
+# (profiling/results/attention_kv_codes_h200.json) and mma4l 2-3% faster than the eager form
+# (attention_kv_codes_sweep_h200.json); mma2_w2s2 takes the shapes mma4l does not. BF16: mma (q heads as MMA rows),
+# 1.6-2x the FP32 CUDA-core kernel it replaced.
 DEFAULT_NVFP4_VARIANT = "mma4l"
 NVFP4_FALLBACK_VARIANT = "mma2_w2s2"
 DEFAULT_BF16_VARIANT = "mma"
@@ -386,9 +383,9 @@ def decode_attention(q: torch.Tensor, k_cache, v_cache, block_table: torch.Tenso
     softmax_scale defaults to 1/sqrt(D). check_values=True reads lengths and the block table on the
     host (one sync) and raises on lengths beyond the table or pages outside the cache; pass False in
     CUDA graphs. num_splits overrides the split-KV plan (tests); by default it is chosen from the
-    shapes (never from lengths, so a graph stays valid). variant picks the kernel ("simt", "mma", or
-    "mma2" / "mma3" for NVFP4 pages, or one of their occupancy configurations such as "mma2_w1s2" (warps per
-    CTA, pipeline stages; codegen.ops.decode_attention.mma2_config) or "mma4"; default: default_variant()).
+    shapes (never from lengths, so a graph stays valid). variant picks the kernel: "mma" for BF16 pages;
+    "mma4l" or "mma2_w2s2" for NVFP4 pages, or another occupancy configuration of theirs such as "mma4l_w1s2" or
+    "mma2_w1s2" (warps, pipeline stages; codegen.ops.decode_attention); default: default_variant().
     """
     geom = validate(q, k_cache, v_cache, block_table, lengths, check_values=check_values)
     if q.dtype != torch.bfloat16:

@@ -98,8 +98,8 @@ DECODE_CASES = [  # lengths, Hq, Hkv, D, P
     ([1000, 48, 2], 8, 1, 64, 64),           # GQA 8, D 64
     ([513, 20], 64, 4, 128, 16),             # GQA 16: two CTAs per kv head
     ([20000, 7, 3333], 32, 4, 128, 16),      # long
-    ([900, 1, 77], 10, 2, 128, 16),          # GQA 5 (Llama 4): 5 MMA columns, simt 5 CTAs of 1 head
-    ([2500, 40], 24, 2, 64, 64),             # GQA 12 (GLM-4.5): mma 12 rows, mma2 / mma4 2 CTAs of 6, simt 3 of 4
+    ([900, 1, 77], 10, 2, 128, 16),          # GQA 5 (Llama 4): 5 MMA columns
+    ([2500, 40], 24, 2, 64, 64),             # GQA 12 (GLM-4.5): mma 12 rows, mma2 / mma4l 2 CTAs of 6
 ]
 
 
@@ -114,11 +114,10 @@ def _decode_case(cache_format, lengths, hq, hkv, d, p):
     return case, k_dev, v_dev
 
 
-KERNELS = [("nvfp4", "simt"), ("nvfp4", "mma"), ("nvfp4", "mma2"), ("nvfp4", "mma3"), ("nvfp4", "mma4"),
-           ("nvfp4", "mma4l"), ("bf16", "simt"), ("bf16", "mma")]
-NVFP4_VARIANTS = ["simt", "mma", "mma2", "mma3", "mma4", "mma4l"]
-# every occupancy configuration: mma2 / mma3 (one kv head per CTA) and mma4 (whole pages per CTA)
-SWEEP_VARIANTS = decode_attention_codegen.MMA2_SWEEP_VARIANTS + decode_attention_codegen.MMA4_SWEEP_VARIANTS
+KERNELS = [("nvfp4", "mma2_w2s2"), ("nvfp4", "mma4l"), ("bf16", "mma")]
+NVFP4_VARIANTS = ["mma2_w2s2", "mma4l"]
+# other occupancy configurations: mma2 (one kv head per CTA) and mma4l (whole pages per CTA)
+SWEEP_VARIANTS = decode_attention_codegen.CONFIG_TEST_VARIANTS
 
 
 @pytest.mark.parametrize("num_splits", [None, 1, 3])
@@ -133,8 +132,8 @@ def test_decode_attention_matches_reference(cache_format, variant, lengths, hq, 
     assert torch.isfinite(out).all()
     err = (out - ref).abs()
     # FP32 in both, different summation order; each then rounded to BF16 (one ulp = 2^-8 relative).
-    # mma, mma2, mma3: the softmax weights enter the P.V product in FP16 (NVFP4, 2^-11) / BF16 (2^-8) each.
-    slack = {"simt": 1e-4}.get(variant, 2e-3) * (4 if (cache_format, variant) == ("bf16", "mma") else 1)
+    # The softmax weights enter the P.V product in FP16 (NVFP4, 2^-11) / BF16 (2^-8) each.
+    slack = 2e-3 * (4 if (cache_format, variant) == ("bf16", "mma") else 1)
     bound = ref.abs() * 2**-7 + slack * ref.abs().amax(dim=-1, keepdim=True)
     assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
     rel = float((out - ref).norm() / ref.norm())
@@ -154,7 +153,7 @@ def test_decode_attention_vs_naive_fp64_and_softmax_scale(variant):
 @functools.lru_cache(maxsize=1)
 def _growing_scores_case(lengths, hq, hkv, d, p, seed):
     """K magnitudes grow ~200x along each sequence, so a tile's max score often exceeds the running
-    max by far more than 2^8 (the rescale path of every variant, mma3's lazy one included), plus
+    max by far more than 2^8 (the rescale path of every variant, mma4l's lazy one included), plus
     special rows: zero K and V rows, a V row scaled by 1e-30, one by 1e6, a K row scaled by 1e-30."""
     lengths = list(lengths)
     case = kv_testing.make_case(lengths, hq, hkv, d, p, "nvfp4", seed=seed, fill=False)
@@ -183,11 +182,11 @@ def test_decode_attention_growing_scores_and_special_rows(variant, num_splits):
     ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
     assert torch.isfinite(out).all()
     err = (out - ref).abs()
-    bound = ref.abs() * 2**-7 + {"simt": 1e-4}.get(variant, 2e-3) * ref.abs().amax(dim=-1, keepdim=True)
+    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
     assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
 
 
-SWEEP_CASES = [  # lengths, Hq, Hkv, D, P: one per MMA2_SWEEP_TEST_SHAPES
+SWEEP_CASES = [  # lengths, Hq, Hkv, D, P: one per CONFIG_TEST_SHAPES
     ([20000, 7, 3333], 32, 4, 128, 16),      # long, GQA 8 (the benchmark's shape)
     ([513, 20], 64, 4, 128, 16),             # GQA 16: two CTAs per kv head
     ([1000, 48, 2], 8, 1, 64, 64),           # GQA 8, D 64
@@ -198,7 +197,7 @@ SWEEP_CASES = [  # lengths, Hq, Hkv, D, P: one per MMA2_SWEEP_TEST_SHAPES
 @pytest.mark.parametrize("lengths,hq,hkv,d,p", SWEEP_CASES)
 @pytest.mark.parametrize("variant", SWEEP_VARIANTS)
 def test_sweep_config_matches_reference(variant, lengths, hq, hkv, d, p, num_splits):
-    """The occupancy configurations of mma2 / mma3 (warps, stages) compute what the default does."""
+    """The occupancy configurations of mma2 / mma4l (warps, stages) compute what the defaults do."""
     case, k_dev, v_dev = _decode_case("nvfp4", lengths, hq, hkv, d, p)
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
     out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
@@ -212,7 +211,7 @@ def test_sweep_config_matches_reference(variant, lengths, hq, hkv, d, p, num_spl
 
 @pytest.mark.parametrize("variant", SWEEP_VARIANTS)
 def test_sweep_config_growing_scores(variant):
-    """The rescale paths (eager and mma3's lazy one) at each configuration's tile size."""
+    """The rescale paths (mma2's eager one and mma4l's lazy one) at each configuration's tile size."""
     case = _growing_scores_case((3000, 700, 5, 129), 32, 4, 128, 16, seed=11)
     k_dev, v_dev = kv_testing.pages_to(case.k_cache, DEV), kv_testing.pages_to(case.v_cache, DEV)
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
@@ -224,12 +223,12 @@ def test_sweep_config_growing_scores(variant):
 
 
 @pytest.mark.parametrize("num_splits", [None, 3])
-@pytest.mark.parametrize("variant", ["mma2", "mma4", "mma4l", "mma4_w1s2", "mma4_w4s2"])
+@pytest.mark.parametrize("variant", ["mma2_w2s2", "mma4l", "mma4l_w1s2", "mma4l_w4s2"])
 @pytest.mark.parametrize("lengths,hq,hkv,d,p", [([70, 1, 1000, 33], 32, 4, 128, 16), ([100, 5, 31], 8, 1, 64, 64)])
 def test_decode_ignores_bytes_past_the_end(variant, lengths, hq, hkv, d, p, num_splits):
     """Slots past a sequence's end hold 0xFF (NaN block and row scales) and the block table past its
     pages holds ids far outside the cache: no variant may read a wrong page or let those bytes reach
-    the output (mma4 copies whole pages, so the tail of a sequence's last page is in shared memory)."""
+    the output (mma4l copies whole pages, so the tail of a sequence's last page is in shared memory)."""
     case, k_dev, v_dev = _decode_case("nvfp4", lengths, hq, hkv, d, p)
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
     ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
@@ -248,8 +247,8 @@ def test_decode_ignores_bytes_past_the_end(variant, lengths, hq, hkv, d, p, num_
     assert ((out - ref).abs() <= bound).all()
 
 
-@pytest.mark.parametrize("cache_format,variant", [("nvfp4", "mma4l"), ("nvfp4", "mma4"), ("nvfp4", "mma2_w2s2"),
-                                                  ("nvfp4", "simt"), ("bf16", "mma")])
+@pytest.mark.parametrize("cache_format,variant", [("nvfp4", "mma4l"), ("nvfp4", "mma4l_w1s2"), ("nvfp4", "mma2_w2s2"),
+                                                  ("bf16", "mma")])
 def test_decode_attention_uneven_split_plan(monkeypatch, cache_format, variant):
     """attention.FIRST_CTA_RATE above 1: splits of two lengths, the grid read split-major (decode_cta). The default
     kernel (mma4l, two CTAs per SM) must really get an uneven plan here; the others run what their occupancy gives."""
@@ -267,7 +266,7 @@ def test_decode_attention_uneven_split_plan(monkeypatch, cache_format, variant):
     assert ((out - ref).abs() <= bound).all(), launch.plan
 
 
-@pytest.mark.parametrize("variant", [None, "mma4"])
+@pytest.mark.parametrize("variant", [None, "mma2_w2s2"])
 def test_decode_attention_cuda_graph(variant):
     case, k_dev, v_dev = _decode_case("nvfp4", [100, 900], 32, 4, 128, 16)
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)

@@ -155,8 +155,8 @@ __device__ __forceinline__ void load_tile_mma2(uint8_t* stage, const DecodeParam
   }
 }
 
-// The kernel body. LoadTile stages one tile (load_tile_mma2 for mma2; mma3 passes its own). kLean
-// (mma3): (1) lazy rescaling: the running maxima move only when a tile's max exceeds them by more
+// The kernel body. LoadTile stages one tile (load_tile_mma2 for mma2; mma4l loads its stages in bulk). kLean
+// (mma4l): (1) lazy rescaling: the running maxima move only when a tile's max exceeds them by more
 // than kLazyLog2, so most tiles skip the alpha / beta exponentials and the accumulator rescale; the
 // weights are then at most 2^kLazyLog2 (FP16 rounds them with the same relative error) and every
 // sum stays relative to the same stale max, which the end-of-CTA merge and the split output use

@@ -63,17 +63,4 @@ __device__ __forceinline__ uint32_t encode(uint32_t nibbles) {
   return k | x2 | x3;
 }
 
-// Stored word -> nvfp4 code word (for the kernels that dequantize nibbles: simt, mma).
-__device__ __forceinline__ uint32_t nibbles(uint32_t x) {
-  uint32_t f[4];
-  fields(x, f);
-  uint32_t out = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t byte = ((f[j] >> 9) & 0x7u) | ((f[j] >> 12) & 0x8u) | ((f[j] >> 21) & 0x70u) | ((f[j] >> 24) & 0x80u);
-    out |= byte << (8 * j);
-  }
-  return out;
-}
-
 }  // namespace trace_kernels::kv_codes
