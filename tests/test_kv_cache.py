@@ -274,7 +274,7 @@ def test_mma4l_configurations():
     assert launch["smem"] == 2 * (-(-(64 * 4 * 2 * 76 + 8) // 128) * 128) == 78080
     src = default.render()
     assert "__launch_bounds__(Config::kThreads, 2)" in src and "/*WARPS_PER_HEAD=*/2, /*STAGES=*/2" in src
-    assert "decode_attention_mma4<Config>(params)" in src
+    assert "decode_attention_mma4<Config, /*kLean=*/true>(params)" in src
     w1 = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l_w1s2b4")
     assert w1.name == "decode_attention_nvfp4_mma4l_w1s2b4_hq32_hkv4_d128_p16_sm90a" and w1.launch["threads"] == 128
     gqa16 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma4l").launch

@@ -285,10 +285,12 @@ __device__ __forceinline__ void DecodeAttentionMma4Config<D_, HKV_, GROUP_, HEAD
 template <class Cfg>
 __device__ __forceinline__ void load_tile_unused(uint8_t*, const DecodeParams&, int, int, int, int) {}
 
-// "mma4l": with lazy rescaling (kLean, attention_decode_mma2.cuh), 2-3% faster than eager at L >= 32K on the H200.
-template <class Cfg>
+// kLean: lazy rescaling (attention_decode_mma2.cuh, kLazyLog2), 2-3% faster than eager at L >= 32K on the H200; the
+// template ("mma4l") always passes true. The parameter stays so that profiling/decode_ab.py can build this tree's
+// template against older header trees, whose kernel takes it.
+template <class Cfg, bool kLean>
 __device__ __forceinline__ void decode_attention_mma4(const DecodeParams& p) {
-  decode_attention_mma2_tiles<Cfg, load_tile_unused<Cfg>, /*kLean=*/true>(p);
+  decode_attention_mma2_tiles<Cfg, load_tile_unused<Cfg>, kLean>(p);
 }
 
 }  // namespace trace_kernels
