@@ -23,8 +23,11 @@
 #     TESTS=0 SPLITS="" VARIANTS="" EXTRA_ARMS="u11=cuda/include@1.1 u12=cuda/include@1.2
 #     lane=cuda/include:TRACE_KERNELS_DECODE_LANE_COPY" FUSED_ARMS="fused=cuda/include+fused
 #     u12f=cuda/include@1.2+fused" TIMELINES="1.0 1.2 1.0+fused"
-#   call B, the checks: AB=0 TIMELINES="" VARIANTS="" (425 KV GPU tests: the GQA 5 / 12 decode cases of the
-#     twenty-seventh session and the fused merge's of the twenty-eighth, not yet run on a GPU; sanitizers; RL tests)
+#   call B, the checks: AB=0 TIMELINES="" VARIANTS="" (the KV GPU tests, 215 since the losing decode variants went on
+#     2026-12-05: the GQA 5 / 12 decode cases of the twenty-seventh session and the fused merge's of the twenty-eighth,
+#     not yet run on a GPU; sanitizers; RL tests)
+#   or both in one call (thirtieth session, 2026-12-05, when starts were scarce): call A's settings with BUDGET=565
+#     RL=0 TIMELINES="" and the tests left on (the KV tests get what the A/B leaves, less 50 s for the sanitizers)
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh
 #   .tkcache: python profiling/prebuild_device_caches.py kv engine (2 min here); .ab_base: mkdir .ab_base &&
 #   git archive 3020219 cuda | tar -x -C .ab_base
