@@ -123,9 +123,7 @@ def _check_shape(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, 
     return q_heads // kv_heads
 
 
-def mma2_tiling(q_heads: int, kv_heads: int, head_dim: int, page_size: int, variant: str) -> dict:
-    config = mma2_config(variant)
-    group = _check_shape("nvfp4", q_heads, kv_heads, head_dim, page_size, variant)
+def _mma2_tiling(config: dict, group: int, kv_heads: int, head_dim: int, variant: str) -> dict:
     heads = min(config["heads"], group) if config["heads"] else heads_per_cta(group, MMA2_MAX_HEADS_PER_CTA)
     if group % heads:
         raise ValueError(f"{NAME}: variant {variant!r}: {heads} heads per CTA do not divide the group {group}")
@@ -139,10 +137,7 @@ def mma2_tiling(q_heads: int, kv_heads: int, head_dim: int, page_size: int, vari
             "threads": 32 * config["warps"], "ctas_per_split": kv_heads * (group // heads)}
 
 
-def mma4_tiling(q_heads: int, kv_heads: int, head_dim: int, page_size: int, variant: str) -> dict:
-    """Launch geometry of an mma4l variant; raises for shapes it does not take."""
-    config = mma4_config(variant)
-    group = _check_shape("nvfp4", q_heads, kv_heads, head_dim, page_size, variant)
+def _mma4_tiling(config: dict, group: int, kv_heads: int, head_dim: int, page_size: int, variant: str) -> dict:
     heads = heads_per_cta(group, MMA2_MAX_HEADS_PER_CTA)  # mma2's tile body per kv head
     tile_tokens = 32 * config["warps_per_head"]
     if page_size % 16 or (tile_tokens % page_size and page_size % tile_tokens):
@@ -159,8 +154,7 @@ def mma4_tiling(q_heads: int, kv_heads: int, head_dim: int, page_size: int, vari
             "smem": smem, "threads": 32 * warps, "ctas_per_split": group // heads, **config}
 
 
-def mma_tiling(q_heads: int, kv_heads: int, head_dim: int, page_size: int) -> dict:
-    group = _check_shape("bf16", q_heads, kv_heads, head_dim, page_size, "mma")
+def _mma_tiling(group: int, kv_heads: int) -> dict:
     heads = heads_per_cta(group, MMA_MAX_HEADS_PER_CTA)
     return {"group": group, "heads_per_cta": heads, "head_groups": group // heads, "tile_tokens": 32, "stages": 3,
             "threads": 64, "ctas_per_split": kv_heads * (group // heads)}  # 2 warps of 16 tokens, one kv head per CTA
@@ -168,17 +162,16 @@ def mma_tiling(q_heads: int, kv_heads: int, head_dim: int, page_size: int) -> di
 
 def tiling(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int, variant: str) -> dict:
     """Launch geometry of a variant at a shape; raises ValueError for the shapes and formats it does not take."""
-    if mma4_config(variant) is not None:
-        _check_shape(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
-        return mma4_tiling(q_heads, kv_heads, head_dim, page_size, variant)
-    if mma2_config(variant) is not None:
-        _check_shape(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
-        return mma2_tiling(q_heads, kv_heads, head_dim, page_size, variant)
-    if variant == "mma":
-        _check_shape(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
-        return mma_tiling(q_heads, kv_heads, head_dim, page_size)
-    raise ValueError(f"{NAME}: variant must be 'mma' (BF16 pages), 'mma4l[_w<W>s<S>[b<N>]]' or "
-                     f"'mma2_w<W>s<S>[b<N>][h<H>]' (NVFP4 pages), got {variant!r}")
+    mma4, mma2 = mma4_config(variant), mma2_config(variant)
+    if mma4 is None and mma2 is None and variant != "mma":
+        raise ValueError(f"{NAME}: variant must be 'mma' (BF16 pages), 'mma4l[_w<W>s<S>[b<N>]]' or "
+                         f"'mma2_w<W>s<S>[b<N>][h<H>]' (NVFP4 pages), got {variant!r}")
+    group = _check_shape(cache_format, q_heads, kv_heads, head_dim, page_size, variant)
+    if mma4 is not None:
+        return _mma4_tiling(mma4, group, kv_heads, head_dim, page_size, variant)
+    if mma2 is not None:
+        return _mma2_tiling(mma2, group, kv_heads, head_dim, variant)
+    return _mma_tiling(group, kv_heads)
 
 
 _LAUNCH_KEYS = ("threads", "group", "heads_per_cta", "head_groups", "tile_tokens", "stages", "ctas_per_split")
