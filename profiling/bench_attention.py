@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from trace_kernels import attention, kv_cache
 from trace_kernels.kv_append import kv_append
+from trace_kernels.runtime import multiprocessor_count
 from trace_kernels.testing.bench import time_eager, time_graph, variants_for
 from trace_kernels.testing.provenance import git_commit, utc_now
 
@@ -114,12 +115,11 @@ def bench_paged(fmt: str, batch: int, length: int, l2: int, max_sets: int = 4, v
 
 def launch_geometry(fmt: str, batch: int, length: int, variant: str, num_splits: int | None = None) -> dict:
     """The launch decode_attention planned for this case: CTAs per SM (occupancy query), splits, grid."""
-    spec, _, plan, resident, sms = attention.decode_launch_plan(fmt, batch, HQ, HKV, D, P, -(-length // P), 0, variant,
-                                                                num_splits)
+    spec, _, plan, resident = attention.decode_launch_plan(fmt, batch, HQ, HKV, D, P, -(-length // P), 0, variant,
+                                                           num_splits)
     return {"kernel": spec.name, "threads": spec.launch["threads"], "stages": spec.launch["stages"],
-            "ctas_per_sm": resident // sms, "splits": plan.splits, "tiles_per_split": plan.tiles_per_split,
-            "long_splits": plan.long_splits, "short_tiles": plan.short_tiles,
-            "ctas": batch * spec.launch["ctas_per_split"] * plan.splits}
+            "ctas_per_sm": resident // multiprocessor_count(0), "splits": plan.splits,
+            "tiles_per_split": plan.tiles_per_split, "ctas": batch * spec.launch["ctas_per_split"] * plan.splits}
 
 
 def ncu_case(batch: int, length: int, variant: str, calls: int = 3) -> None:
@@ -449,9 +449,6 @@ def main() -> None:
     parser.add_argument("--decode-pdl", type=int, choices=(0, 1), default=None,
                         help="launch the decode kernels as programmatic dependents (1) or not (0); default: the "
                              "library's (attention.DECODE_PDL)")
-    parser.add_argument("--fused-combine", type=int, choices=(0, 1), default=None,
-                        help="merge the decode splits in the decode kernel (1) or in the combine kernel (0); default: "
-                             "the library's (attention.FUSED_SPLIT_COMBINE)")
     args = parser.parse_args()
     try:
         set_heads(args.heads)
@@ -460,8 +457,6 @@ def main() -> None:
     args.append_heads = args.append_heads or f"{HKV}x{D}"
     if args.decode_pdl is not None:
         attention.DECODE_PDL = bool(args.decode_pdl)
-    if args.fused_combine is not None:
-        attention.FUSED_SPLIT_COMBINE = bool(args.fused_combine)
     nvfp4_variants = expand_variants(args.nvfp4_variants)
     if args.build_only:
         raise SystemExit(0 if build_kernels(args.build_only, nvfp4_variants, args.build_named_only) else 1)

@@ -4,15 +4,15 @@
         --out profiling/results/attention_decode_ab_h200.json
 
 Each arm is the decode kernel of --variant (at --heads, issue 5's shape Hq 32 / Hkv 4 / D 128 / P 16 by default)
-compiled against its own header tree (NAME=INCLUDE_DIR[:MACRO,...][@RATE][+fused], the folder holding trace_kernels/;
-macros become -D flags; RATE is attention.FIRST_CTA_RATE while the arm runs, 1.0 by default: only trees with the uneven
-split plan take another; +fused sets attention.FUSED_SPLIT_COMBINE while it runs: only trees with the in-kernel split
-merge take it), so two commits' headers run in one process with the same Python launcher and the same inputs. First
-every arm decodes the same random cases (random lengths, shuffled pages, split counts from 1 to the planner's) and the
-outputs of every arm at rate 1.0 must be equal bit for bit to the first arm's (--allow-different to time arms whose
-numerics differ; an uneven plan moves the split boundaries, so its arms are held to the FP32 reference only: the error
-is printed for every arm). Then ROUNDS rounds time bench_attention's four cases per arm (CUDA-graph medians), the arm
-order reversed every other round, at the planner's split count and at each of --split-counts.
+compiled against its own header tree (NAME=INCLUDE_DIR[:MACRO,...], the folder holding trace_kernels/; macros become
+-D flags), so two commits' headers run in one process with the same Python launcher and the same inputs. A tree's
+DecodeParams must be a prefix of this launcher's (attention_decode_params.cuh says which trees match). First every arm
+decodes the same random cases (random lengths, shuffled pages, split counts from 1 to the planner's) and the outputs
+of every arm must be equal bit for bit to the first arm's (--allow-different to time arms whose numerics differ; the
+error against the FP32 reference is printed for every arm). Then ROUNDS rounds time bench_attention's four cases per
+arm (CUDA-graph medians), the arm order reversed every other round, at the planner's split count and at each of
+--split-counts. (Arms NAME=DIR@RATE and +fused, the uneven split plan and the in-kernel split merge, went with those
+on 2026-12-05.)
 """
 
 from __future__ import annotations
@@ -44,35 +44,20 @@ class Arm(NamedTuple):
     name: str
     include_dir: str
     macros: list[str]
-    rate: float  # attention.FIRST_CTA_RATE while the arm runs
-    fused: bool  # attention.FUSED_SPLIT_COMBINE while the arm runs
 
 
 def parse_arm(text: str) -> Arm:
-    """NAME=DIR[:MACRO,...][@RATE][+fused]."""
+    """NAME=DIR[:MACRO,...]."""
     name, eq, rest = text.partition("=")
-    if not eq or not name or not rest:
-        raise ValueError(f"--arm {text!r}: expected NAME=DIR[:MACRO,...][@RATE][+fused]")
-    fused = rest.endswith("+fused")
-    rest = rest.removesuffix("+fused")
-    rest, _, rate = rest.partition("@")
     folder, _, macros = rest.partition(":")
-    try:
-        rate_value = float(rate or 1.0)
-    except ValueError:
-        raise ValueError(f"--arm {text!r}: RATE {rate!r} is not a number") from None
-    return Arm(name, folder, [m for m in macros.split(",") if m], rate_value, fused)
-
-
-def use_arm(arm: Arm | None) -> None:
-    """The library's launch settings for arm (None: its defaults for this tree's arms, rate 1.0 and no fused merge)."""
-    attention.FIRST_CTA_RATE = arm.rate if arm else 1.0
-    attention.FUSED_SPLIT_COMBINE = arm.fused if arm else False
+    if not eq or not name or not folder:
+        raise ValueError(f"--arm {text!r}: expected NAME=DIR[:MACRO,...]")
+    return Arm(name, folder, [m for m in macros.split(",") if m])
 
 
 def bitwise_cases(generator: torch.Generator) -> list[dict]:
     """(B, max length, splits) with random lengths and shuffled pages; splits None = the planner's ((8, 16384) and
-    (2, 131072): one wave of two CTAs per SM, uneven at a rate above 1)."""
+    (2, 131072): one wave of two CTAs per SM)."""
     cases = []
     for batch, max_len, splits in ((3, 5000, None), (2, 40000, None), (8, 8192, None), (5, 3000, 1), (4, 20000, 7),
                                    (1, 131072, None), (6, 777, None), (8, 16384, None), (2, 131072, None)):
@@ -89,7 +74,7 @@ def decode(data: dict, variant: str, splits: int | None) -> torch.Tensor:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arm", action="append", required=True, metavar="NAME=DIR[:MACRO,...][@RATE][+fused]")
+    parser.add_argument("--arm", action="append", required=True, metavar="NAME=DIR[:MACRO,...]")
     parser.add_argument("--variant", default=None, help="NVFP4 decode variant (default: attention.default_variant)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--split-counts", default="", metavar="S,...", help="also time these split counts")
@@ -116,7 +101,6 @@ def main() -> None:
     errors: dict[str, list[float]] = {}
     for name, kernel in arms.items():
         runtime.install_kernel(kernel)
-        use_arm(settings[name])
         outputs[name] = [decode(c["data"], variant, c["splits"]) for c in cases]
         errors[name] = []
         for c, out in zip(cases, outputs[name]):
@@ -124,12 +108,10 @@ def main() -> None:
             ref = attention.decode_attention_reference(d["q"], d["k"], d["v"], d["table"], d["lengths"])
             errors[name].append(float((out.float() - ref).norm() / ref.norm()))
         print(f"{name}: relative error against the FP32 reference {max(errors[name]):.2e} (worst case)")
-    use_arm(None)
     if max(max(e) for e in errors.values()) > 1e-2:  # a wrong split plan is off by far more (GPU tests: < 3e-3)
         raise SystemExit("an arm is off the FP32 reference")
     first = next(iter(arms))
-    equal = {name: [bool(torch.equal(a, b)) for a, b in zip(outputs[first], outs)] for name, outs in outputs.items()
-             if settings[name].rate == 1.0}
+    equal = {name: [bool(torch.equal(a, b)) for a, b in zip(outputs[first], outs)] for name, outs in outputs.items()}
     for name, flags in equal.items():
         print(f"{name} bitwise equal to {first}: {flags}")
     if not all(all(f) for f in equal.values()) and not args.allow_different:
@@ -142,21 +124,16 @@ def main() -> None:
     for rnd in range(args.rounds):
         for name in order:
             runtime.install_kernel(arms[name])
-            use_arm(settings[name])
             for batch, length in bench.CASES:
                 for splits in [None, *(int(x) for x in args.split_counts.split(",") if x)]:
                     r = bench.bench_paged("nvfp4", batch, length, l2, variant=variant, num_splits=splits)
                     timings.append({"round": rnd + 1, "arm": name, "batch": batch, "length": length, "ms": r["ms"],
                                     "tb_per_s": r["tb_per_s"], "splits": r["splits"], "planned": splits is None,
-                                    "first_cta_rate": settings[name].rate, "fused_combine": settings[name].fused,
-                                    "long_splits": r["long_splits"],
-                                    "tiles_per_split": r["tiles_per_split"], "short_tiles": r["short_tiles"]})
+                                    "tiles_per_split": r["tiles_per_split"]})
                     print(f"round {rnd + 1} {name:>8} {batch:3d} x {length:6d}: {r['ms'] * 1e3:7.1f} us "
-                          f"({r['tb_per_s']:.2f} TB/s, {r['splits']} splits{'' if splits else ', planned'}, tiles "
-                          f"{r['long_splits']} x {r['tiles_per_split']} + {r['splits'] - r['long_splits']} x "
-                          f"{r['short_tiles']})", flush=True)
+                          f"({r['tb_per_s']:.2f} TB/s, {r['splits']} splits of {r['tiles_per_split']} tiles"
+                          f"{'' if splits else ', planned'})", flush=True)
         order.reverse()
-    use_arm(None)
     out = {"gpu": torch.cuda.get_device_name(0), "date": utc_now(), "commit": git_commit(), "variant": variant,
            "kernel": spec.name, "arms": args.arm, "bitwise_equal_to_first_arm": equal, "reference_errors": errors,
            "command": "python profiling/decode_ab.py " + " ".join(f"--arm {a}" for a in args.arm)

@@ -7,16 +7,13 @@ another) a second time with TRACE_KERNELS_DECODE_TIMELINE defined (cuda/include/
 thread 0 of every CTA then records %globaltimer and clock64 at seven points (0 entry, 1 after split_range's wait for the
 previous kernel and its read of the length, 2 q ready and the first copies issued, 3 the first tile landed, 4 the tile
 loop done, 6 the warps' partial results in shared memory, 5 the split output stored); the split combine's CTAs record
-their entry (0), the end of their wait for the decode grid (1) and their end (5). With --fused-combine 1 the decode
-kernel's own last CTAs merge the splits (attention.FUSED_SPLIT_COMBINE): they record when their share of the merge
-ended and which combiner they were. Both builds replace the normal ones in this process (runtime.install_kernel); the
+their entry (0), the end of their wait for the decode grid (1) and their end (5). Both builds replace the normal ones in this process (runtime.install_kernel); the
 script captures bench_attention's CUDA graph (every cache set, back to back, as the benchmark times it), replays it and
 reads the last launch's stamps. Per case it reports the replay's median time
 per call beside the decode grid's span and where each CTA spent its part: the spread of CTA starts, the wait, q, the
 first tile's latency, the tile loop (per tile), the merge (its shared-memory buffer, then the outputs), the spread of
 CTA ends; then when the combine's CTAs started, got past their wait and ended (same clock). The last sample's raw stamps
-are kept (decode: per CTA the seven times in ns from the grid's first entry, its SM, its tile count, and the end of its
-share of a fused merge with its combiner index + 1, or zeros).
+are kept (decode: per CTA the seven times in ns from the grid's first entry, its SM and its tile count).
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ from trace_kernels.testing.bench import time_graph, variants_for
 from trace_kernels.testing.provenance import git_commit, utc_now
 
 SYMBOL = "trace_kernels_decode_timeline"  # decode_timeline.cuh
-SLOTS = 18  # decode_timeline.cuh: kSlots
+SLOTS = 16  # decode_timeline.cuh: kSlots
 POINTS = ("entry", "waited", "q_ready", "first_tile", "loop_done", "stored", "merge_buffer")  # slots 0-6
 
 
@@ -119,25 +116,12 @@ def summarize(rows: list[list[int]]) -> dict:
         "pairs": len(pairs), "pairs_first_placed_ends_first": sum(a < b for a, b in pairs),
         "pair_end_gap_us": us(statistics.median(b - a for a, b in pairs)) if pairs else None,
         "sm_end_us": {"min": us(min(sm_ends)), "p50": us(pct(sm_ends, 0.5)), "max": us(max(sm_ends))},
-        "fused_combine": fused_combine_summary(rows, t0),
     }
-
-
-def fused_combine_summary(rows: list[list[int]], t0: int) -> dict | None:
-    """The split merge inside the decode kernel (attention.FUSED_SPLIT_COMBINE): its combiners (slot 17: combiner
-    index + 1), how long after their own split output each ended (their wait for the cell's last CTA, then their
-    share of the merge), and when they ended: the grid's true end. None when the launch merged in the combine kernel."""
-    merged = [r for r in rows if r[17]]
-    if not merged:
-        return None
-    ends = [r[16] - t0 for r in merged]
-    return {"combiners": len(merged), "after_stored_us": statistics.median(r[16] - r[5] for r in merged) / 1e3,
-            "end_us": {"min": min(ends) / 1e3, "p50": pct(ends, 0.5) / 1e3, "max": max(ends) / 1e3}}
 
 
 def combine_summary(rows: list[list[int]], t0: int) -> dict | None:
     """The combine grid against the decode grid's clock (microseconds from the decode's first CTA entry); None when
-    no combine kernel ran (one split, or the merge inside the decode kernel)."""
+    no combine kernel ran (one split)."""
     rows = [r for r in rows if r[0]]
     if not rows:
         return None
@@ -179,11 +163,10 @@ def run_case(kernel: runtime.CudaKernel, combine: runtime.CudaKernel, batch: int
     torch.cuda.empty_cache()
     keys = [k for k, v in timelines[0].items() if isinstance(v, (int, float)) and v is not None]
     median = {k: statistics.median(tl[k] for tl in timelines) for k in keys}
-    raw = [[r[i] - t0 for i in range(7)] + [r[7], r[15], r[16] - t0 if r[17] else 0, r[17]]
-           for r in rows]  # the last sample's CTAs
+    raw = [[r[i] - t0 for i in range(7)] + [r[7], r[15]] for r in rows]  # the last sample's CTAs
     return {"batch": batch, "length": length, "sets": sets, "ms_per_call": ms, **geometry,
             "median_of_samples": median, "samples": timelines,
-            "last_sample_ctas": {"fields": [*POINTS, "smid", "tiles", "combined", "combiner"], "rows": raw}}
+            "last_sample_ctas": {"fields": [*POINTS, "smid", "tiles"], "rows": raw}}
 
 
 def main() -> None:
@@ -192,17 +175,10 @@ def main() -> None:
     parser.add_argument("--variant", default=None, help="NVFP4 decode variant (default: attention.default_variant)")
     parser.add_argument("--cases", default="8x8192,8x32768,4x131072,32x32768", help="BxL,...")
     parser.add_argument("--samples", type=int, default=5, help="graph replays whose last launch is read")
-    parser.add_argument("--first-cta-rate", type=float, default=attention.FIRST_CTA_RATE,
-                        help="attention.FIRST_CTA_RATE for the launches (above 1: the uneven split plan)")
-    parser.add_argument("--fused-combine", type=int, choices=(0, 1), default=int(attention.FUSED_SPLIT_COMBINE),
-                        help="attention.FUSED_SPLIT_COMBINE: merge the splits in the decode kernel (1) or in the "
-                             "combine kernel (0)")
     parser.add_argument("--heads", default=None, metavar="HQxHKVxDxP", help="head shape (bench_attention.py --heads)")
     args = parser.parse_args()
     if args.heads:
         bench.set_heads(args.heads)
-    attention.FIRST_CTA_RATE = args.first_cta_rate
-    attention.FUSED_SPLIT_COMBINE = bool(args.fused_combine)
     variant = args.variant or attention.default_variant("nvfp4", bench.HQ, bench.HKV, bench.D, bench.P)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,13 +190,9 @@ def main() -> None:
             r = run_case(kernel, combine, batch, length, variant, l2, args.samples)
             m, c = r["median_of_samples"], r["samples"][-1]["combine"]
             last = r["samples"][-1]
-            fused = last["fused_combine"]
             if c is not None:
                 merge = (f"combine entry {c['first_entry_us']:.1f} past wait {c['first_past_wait_us']:.1f}-"
                          f"{c['last_past_wait_us']:.1f} end {c['end_us']:.1f}")
-            elif fused is not None:
-                merge = (f"merged in the kernel by {fused['combiners']} CTAs, {fused['after_stored_us']:.2f} after "
-                         f"their split output, end {fused['end_us']['max']:.1f}")
             else:
                 merge = "one split"
             print(f"{batch:3d} x {length:6d}: {r['ms_per_call'] * 1e3:7.1f} us per call, "

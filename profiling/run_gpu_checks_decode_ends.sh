@@ -1,33 +1,19 @@
 #!/usr/bin/env bash
 # A decode CTA's start and end (twenty-fifth session, 2026-12-04), one call, every step under `timeout` (BUDGET s):
 #   1. build: the KV test kernels and the RL GPU tests' engine kernels not in the carried cache
-#   2. decode_ab.py (AB=0 skips it): the default NVFP4 decode kernel (mma4l) built from BASE's headers (the previous
-#      commit) and from this tree's, outputs compared bit for bit on random cases (split counts 1 to the planner's),
-#      then ROUNDS rounds of the four decode cases at the planner's split count and at SPLITS; EXTRA_ARMS after those.
-#      FUSED_ARMS: a second decode_ab.py run, new against those arms (a trap there cannot lose the first run's JSON)
-#   3. decode_timeline.py on this tree (per-CTA stamps, the combine's too) at each RATE[+fused] of TIMELINES
-#      (attention.FIRST_CTA_RATE; +fused: the split merge inside the decode kernel); one round of each of VARIANTS
-#      (other mma4l configurations, this tree) at the planner's split count
-#   4. (TESTS=0 skips 4 and 5) the KV GPU tests; compute-sanitizer memcheck and racecheck on mma4l's split, graph,
-#      past-the-end and fused-merge tests
+#   2. decode_ab.py (AB=0 skips it): the default NVFP4 decode kernel (mma4l) built from BASE's headers and from this
+#      tree's, outputs compared bit for bit on random cases (split counts 1 to the planner's), then ROUNDS rounds of the
+#      four decode cases at the planner's split count and at SPLITS; EXTRA_ARMS (NAME=DIR[:MACRO,...]) after those
+#   3. decode_timeline.py on this tree (per-CTA stamps, the combine's too; TIMELINE=0 skips it); one round of each of
+#      VARIANTS (other mma4l configurations, this tree) at the planner's split count
+#   4. (TESTS=0 skips 4 and 5) the KV GPU tests; compute-sanitizer memcheck and racecheck (decode_sanitizers)
 #   5. the RL layer's GPU tests (RL=0 skips them)
-# The session ran it three times on three trees (docs/kv_cache.md, "A decode CTA's start and end"): call 2 (steps 1-4,
-# then named run_gpu_checks_decode_merge.sh) with the merge's weights computed once per head, call 3 with the first
-# copies' page-table reads issued beside the length's and a swizzled merge buffer (both measured, then reverted), call 4
-# (SPLITS="" VARIANTS="") with four outputs per thread in the merge, call 5 (also EXTRA_ARMS="w4=.ab_w4/cuda/include", a
-# copy of call 4's headers) with eight.
-# Next (written in the twenty-sixth to twenty-eighth sessions, no device lent), with .ab_base the headers of 3020219
-# (before the uneven plan: base vs new is then the even plan's cost of decode_cta and of the fused merge's check):
-#   call A, the uneven split plan, the split merge inside the kernel and mma4's lane copy constants (docs/kv_cache.md)
-#   against the even plan, the combine kernel and the per-tile constants:
-#     TESTS=0 SPLITS="" VARIANTS="" EXTRA_ARMS="u11=cuda/include@1.1 u12=cuda/include@1.2
-#     lane=cuda/include:TRACE_KERNELS_DECODE_LANE_COPY" FUSED_ARMS="fused=cuda/include+fused
-#     u12f=cuda/include@1.2+fused" TIMELINES="1.0 1.2 1.0+fused"
-#   call B, the checks: AB=0 TIMELINES="" VARIANTS="" (the KV GPU tests, 215 since the losing decode variants went on
-#     2026-12-05: the GQA 5 / 12 decode cases of the twenty-seventh session and the fused merge's of the twenty-eighth,
-#     not yet run on a GPU; sanitizers; RL tests)
-#   or both in one call (thirtieth session, 2026-12-05, when starts were scarce): call A's settings with BUDGET=565
-#     RL=0 TIMELINES="" and the tests left on (the KV tests get what the A/B leaves, less 50 s for the sanitizers)
+# The twenty-fifth session ran it three times on three trees (docs/kv_cache.md, "A decode CTA's start and end"). The
+# thirty-first (2026-12-05, an H100) ran it at 547b8ce with the arms of the uneven split plan (NAME=DIR@RATE), the
+# in-kernel split merge (+fused) and the lane-copy macro, and the checks (results/attention_decode_ab_*_h100.json);
+# none was faster and all three went, with those arm forms.
+# Next: the checks of the tree after that removal, with the A/B of 3020219's headers (.ab_base; PTX identical to this
+# tree's kept kernels at their 32 common shapes): OUT=$OUT ROUNDS=1 SPLITS="" VARIANTS="" TIMELINE=0 bash ...
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh
 #   .tkcache: python profiling/prebuild_device_caches.py kv engine (2 min here); .ab_base: mkdir .ab_base &&
 #   git archive 3020219 cuda | tar -x -C .ab_base
@@ -64,15 +50,12 @@ decode_ab() {
 }
 if [ "${AB:-1}" = 1 ]; then
   decode_ab decode_ab 200 "base=$BASE/cuda/include" new=cuda/include ${EXTRA_ARMS:-}
-  [ -n "${FUSED_ARMS:-}" ] && decode_ab decode_ab_fused 150 new=cuda/include $FUSED_ARMS
 fi
 
-for item in ${TIMELINES-1.0}; do  # RATE or RATE+fused
-  rate=${item%+fused}; fused=0; [ "$item" != "$rate" ] && fused=1
-  timeout 100 python3 profiling/decode_timeline.py --first-cta-rate "$rate" --fused-combine "$fused" \
-    --out "$DIR/timeline_$item.json" > "$DIR/timeline_$item.log" 2>&1
-  echo "timeline ($item) exit $? (${SECONDS}s)"; grep -E " x |Error|error" "$DIR/timeline_$item.log" | cut -c1-400
-done
+if [ "${TIMELINE:-1}" = 1 ]; then
+  timeout 100 python3 profiling/decode_timeline.py --out "$DIR/timeline.json" > "$DIR/timeline.log" 2>&1
+  echo "timeline exit $? (${SECONDS}s)"; grep -E " x |Error|error" "$DIR/timeline.log" | cut -c1-400
+fi
 
 for variant in ${VARIANTS-mma4l_w4s2 mma4l_w1s2}; do
   [ "$(left)" -gt 330 ] || { echo "variant $variant skipped: $(left)s left"; continue; }

@@ -322,21 +322,6 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
         assert report.spill_stores == report.spill_loads == report.stack_frame == 0, report.text
 
 
-@pytest.mark.nvcc
-def test_lane_copy_candidate_compiles_without_spills(tmp_path):
-    """mma4l with TRACE_KERNELS_DECODE_LANE_COPY (its loading lanes keep their copy's constants across tiles: an A/B
-    candidate for profiling/decode_ab.py, off in the default build) still fits 2 CTAs per SM without spills."""
-    from trace_kernels.codegen.ops import decode_attention
-    from trace_kernels.jit import compiler
-    spec = decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l")
-    src = tmp_path / f"{spec.name}.cu"
-    src.write_text(spec.render())
-    report = compiler.compile_cubin(spec, src, tmp_path / f"{spec.name}.cubin", compiler.find_nvcc(),
-                                    ["-DTRACE_KERNELS_DECODE_LANE_COPY"])
-    assert report.spill_stores == report.spill_loads == report.stack_frame == 0, report.text
-    assert report.registers <= 128, report.text  # 2 CTAs of 256 threads per SM
-
-
 def test_decode_op_traces_with_fake_tensors():
     """decode_attention runs through a torch.library custom op with a fake impl (torch.compile)."""
     c = _case()

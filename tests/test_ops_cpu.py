@@ -93,9 +93,8 @@ def test_nvtx_range_names():
 
 
 def test_counter_pool_grows_keeps_old_buffers_and_never_allocates_when_told_not_to(monkeypatch):
-    """ops._common.counter_pool: the arrival counters of the MoE GEMM's fused epilogues and the decode's fused split
-    merge (one buffer per device and pool; a CUDA-graph capture may not allocate one, attention / moe_gemm ask with
-    allocate=False there)."""
+    """ops._common.counter_pool: the arrival counters of the MoE GEMM's fused epilogues (one buffer per device and
+    pool; a CUDA-graph capture may not allocate one, moe_gemm asks with allocate=False there)."""
     from trace_kernels.ops import _common
     monkeypatch.setattr(_common, "_counters", {})
     monkeypatch.setattr(_common, "_retired_counters", [])

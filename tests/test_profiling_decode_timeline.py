@@ -14,13 +14,11 @@ import decode_timeline  # noqa: E402
 US = 1000  # ns
 
 
-def cta(entry, waited, q_ready, first_tile, loop_done, stored, merge_buffer, smid, tiles, combined=0, combiner=None):
-    """One CTA's 18 slots as the kernel writes them: globaltimer 0-6, smid 7, clock64 8-14, tile count 15, the end of
-    its share of a fused split merge 16 and its combiner index + 1 at 17 (zeros when it merged nothing)."""
+def cta(entry, waited, q_ready, first_tile, loop_done, stored, merge_buffer, smid, tiles):
+    """One CTA's 16 slots as the kernel writes them: globaltimer 0-6, smid 7, clock64 8-14, tile count 15."""
     times = [entry, waited, q_ready, first_tile, loop_done, stored, merge_buffer]
     clocks = [2 * t for t in times]  # a 2 GHz SM clock
-    fused = [combined * US, combiner + 1] if combiner is not None else [0, 0]
-    return [t * US for t in times] + [smid] + [c * US for c in clocks] + [tiles] + fused
+    return [t * US for t in times] + [smid] + [c * US for c in clocks] + [tiles]
 
 
 def test_summary_of_two_sms_with_an_unequal_pair():
@@ -41,19 +39,6 @@ def test_summary_of_two_sms_with_an_unequal_pair():
     assert s["timer_step_ns"] == 1000
     assert s["pairs"] == 1 and s["pairs_first_placed_ends_first"] == 1 and s["pair_end_gap_us"] == 10
     assert s["sm_end_us"] == {"min": 29, "p50": 39, "max": 48}
-    assert s["fused_combine"] is None  # the combine kernel merged: no CTA recorded a share
-
-
-def test_fused_combine_summary_counts_the_combiners_and_the_true_end():
-    rows = [
-        cta(0, 1, 4, 5, 35, 38, 36, smid=0, tiles=11),                            # left after its arrival
-        cta(0, 1, 4, 5, 40, 43, 41, smid=1, tiles=11, combined=50, combiner=0),  # waited for the next one
-        cta(1, 2, 5, 6, 45, 48, 46, smid=2, tiles=11, combined=49, combiner=1),  # the cell's last arrival
-    ]
-    s = decode_timeline.summarize(rows)
-    assert s["span_us"] == 48  # the split outputs' stores
-    assert s["fused_combine"] == {"combiners": 2, "after_stored_us": 4, "end_us": {"min": 49, "p50": 50, "max": 50}}
-    assert decode_timeline.combine_summary([[0] * decode_timeline.SLOTS] * 3, 0) is None  # no combine kernel ran
 
 
 def test_combine_summary_is_on_the_decode_clock():
@@ -62,6 +47,7 @@ def test_combine_summary_is_on_the_decode_clock():
             [0] * decode_timeline.SLOTS]  # a CTA that never ran (cleared slots) is left out
     c = decode_timeline.combine_summary(rows, t0)
     assert c == {"ctas": 2, "first_entry_us": 45, "first_past_wait_us": 46, "last_past_wait_us": 47, "end_us": 49}
+    assert decode_timeline.combine_summary([[0] * decode_timeline.SLOTS] * 3, 0) is None  # no combine kernel ran
 
 
 @pytest.mark.nvcc
@@ -94,14 +80,10 @@ def test_bench_attention_heads_option(monkeypatch):
 
 
 def test_decode_ab_arm_syntax():
-    """profiling/decode_ab.py's --arm NAME=DIR[:MACRO,...][@RATE][+fused]."""
+    """profiling/decode_ab.py's --arm NAME=DIR[:MACRO,...]."""
     import decode_ab
-    assert decode_ab.parse_arm("base=.ab_base/cuda/include") == decode_ab.Arm("base", ".ab_base/cuda/include", [],
-                                                                             1.0, False)
-    assert decode_ab.parse_arm("u12f=cuda/include@1.2+fused") == decode_ab.Arm("u12f", "cuda/include", [], 1.2, True)
-    assert decode_ab.parse_arm("lane=cuda/include:A,B=2") == decode_ab.Arm("lane", "cuda/include", ["A", "B=2"], 1.0,
-                                                                          False)
-    assert decode_ab.parse_arm("f=inc:X@1.1+fused") == decode_ab.Arm("f", "inc", ["X"], 1.1, True)
-    for bad in ("cuda/include", "=cuda/include", "x=inc@fast"):
+    assert decode_ab.parse_arm("base=.ab_base/cuda/include") == decode_ab.Arm("base", ".ab_base/cuda/include", [])
+    assert decode_ab.parse_arm("m=cuda/include:A,B=2") == decode_ab.Arm("m", "cuda/include", ["A", "B=2"])
+    for bad in ("cuda/include", "=cuda/include", "x=", "x=:A"):
         with pytest.raises(ValueError, match="--arm"):
             decode_ab.parse_arm(bad)

@@ -124,9 +124,7 @@ class _DecodeParams(ctypes.Structure):  # trace_kernels::DecodeParams
     _fields_ = [(name, ctypes.c_void_p) for name in (
         "q", "k_codes", "v_codes", "k_block_scales", "v_block_scales", "k_scale", "v_scale", "block_table",
         "lengths", "out", "o_part", "lse_part")] + [
-        ("max_pages", ctypes.c_int32), ("tiles_per_split", ctypes.c_int32), ("scale_log2", ctypes.c_float),
-        ("long_splits", ctypes.c_int32), ("short_tiles", ctypes.c_int32), ("combine_counters", ctypes.c_void_p),
-        ("combine_ctas", ctypes.c_int32)]
+        ("max_pages", ctypes.c_int32), ("tiles_per_split", ctypes.c_int32), ("scale_log2", ctypes.c_float)]
 
 
 MAX_SPLITS = 256
@@ -159,54 +157,21 @@ def default_variant(cache_format: str, q_heads: int, kv_heads: int, head_dim: in
     return DEFAULT_NVFP4_VARIANT
 
 
-# The first of the two CTAs the hardware places on an SM streams its tiles faster than the second (0.36 vs 0.30 tiles
-# per us at 32 x 32K; docs/kv_cache.md, "A decode CTA's start and end"). With one wave of two CTAs per SM, plan_splits
-# gives the splits those first CTAs run FIRST_CTA_RATE times the tiles of the others. 1.0: even splits, the kernels'
-# measured behaviour; another value is for the A/B (profiling/decode_ab.py NAME=DIR@RATE) until one is measured faster.
-FIRST_CTA_RATE = 1.0
-
-
-# Merge the splits inside the decode kernel instead of a decode_attention_combine launch after it: the last CTAs of each
-# (sequence, CTA column) to finish wait for the others and merge their rows (attention_split_combine.cuh), with the
-# same bits as the combine kernel. Only for launches of one wave (every CTA resident at once, so that the waits end);
-# others, and launches inside CUDA-graph capture before the counters exist, use the combine kernel. False until an
-# A/B on the GPU says the fused merge is faster (profiling/decode_ab.py NAME=DIR+fused).
-FUSED_SPLIT_COMBINE = False
-
-
-def split_combine_ctas(splits: int, batch: int, ctas_per_split: int, q_heads: int, resident_ctas: int,
-                       fused: bool) -> int:
-    """How many CTAs of each (sequence, CTA column) merge its splits in the decode kernel: 0 = the combine kernel
-    does (one split, not fused, or more CTAs than resident at once), else min(splits, q heads per CTA), each
-    merging one head row or a few."""
-    if not fused or splits <= 1 or batch * ctas_per_split * splits > resident_ctas:
-        return 0
-    return min(splits, max(1, q_heads // ctas_per_split))
-
-
 class SplitPlan(NamedTuple):
-    """Split-KV launch plan. Splits [0, long_splits) cover tiles_per_split tiles each, the others short_tiles
-    (split_range in attention_decode.cuh). An uneven plan (long_splits < splits) also orders the grid split-major
-    (decode_cta), so that its long splits run on the CTAs placed first on each SM."""
+    """Split-KV launch plan: split s covers tiles [s x tiles_per_split, (s + 1) x tiles_per_split) (split_range in
+    attention_decode.cuh)."""
     splits: int
     tiles_per_split: int
-    long_splits: int
-    short_tiles: int
-
-    @property
-    def uneven(self) -> bool:
-        return self.long_splits < self.splits
 
 
 @functools.lru_cache(maxsize=1024)
 def plan_splits(batch: int, ctas_per_split: int, max_tokens: int, tile_tokens: int, resident_ctas: int,
-                num_splits: int | None = None, sms: int = 0, first_cta_rate: float = 1.0) -> SplitPlan:
+                num_splits: int | None = None) -> SplitPlan:
     """The split-KV plan from shapes only (no host sync, CUDA-graph safe).
 
     resident_ctas = SMs x CTAs per SM. Picks the split count with the least modelled time
     waves x (tiles per split + 1): whole waves of resident CTAs (a partly filled last wave costs a
     full one), plus about one tile of prologue / epilogue per CTA; ties go to fewer splits.
-    Then, given sms and a first_cta_rate other than 1, the uneven plan of first_cta_plan.
     """
     tiles = max(1, -(-max_tokens // tile_tokens))
     base = max(1, batch * ctas_per_split)
@@ -221,52 +186,7 @@ def plan_splits(batch: int, ctas_per_split: int, max_tokens: int, tile_tokens: i
         num_splits = best[1]
     num_splits = max(1, min(int(num_splits), tiles, 65535))
     per_split = -(-tiles // num_splits)
-    splits = -(-tiles // per_split)
-    return first_cta_plan(SplitPlan(splits, per_split, splits, per_split), tiles, base, resident_ctas, sms,
-                          first_cta_rate)
-
-
-def first_cta_plan(even: SplitPlan, tiles: int, split_width: int, resident_ctas: int, sms: int,
-                   rate: float) -> SplitPlan:
-    """even, or its uneven version when the launch is one wave of two CTAs per SM with more CTAs than SMs.
-
-    In every launch measured, the hardware placed the first `sms` CTAs of the grid one per SM, then the rest
-    beside them. In split-major order (split_width = batch x CTAs per split CTAs run each split index) the
-    first sms // split_width splits run wholly on first-placed CTAs: they become the long splits. The tile
-    counts (long, short) minimise the modelled time max(long / rate, short) with
-    long_splits x long + (splits - long_splits) x short >= tiles; ties go to the evener plan.
-    """
-    splits = even.splits
-    ctas = split_width * splits
-    long_splits = sms // split_width if sms > 0 else 0
-    if rate <= 1.0 or resident_ctas != 2 * sms or not sms < ctas <= resident_ctas or not 0 < long_splits < splits:
-        return even
-    best = (float(even.tiles_per_split), even)
-    for short in range(even.tiles_per_split - 1, 0, -1):
-        long = -(-(tiles - (splits - long_splits) * short) // long_splits)
-        cost = max(long / rate, float(short))
-        if cost < best[0]:
-            best = (cost, SplitPlan(splits, long, long_splits, short))
-        if long / rate >= short:  # the long splits set the time now: shorter short splits only lengthen them
-            break
-    return best[1]
-
-
-_residency: dict[tuple[str, int], tuple[int, int]] = {}
-
-
-def residency(kernel, name: str, device: int, threads: int, smem: int = 0) -> tuple[int, int]:
-    """(resident CTAs, SMs) of a decode kernel on a device: SMs x CTAs per SM (occupancy query), asked once."""
-    key = (name, device)
-    if key not in _residency:
-        from trace_kernels.runtime import multiprocessor_count
-        try:
-            per_sm = kernel.max_active_blocks_per_sm(device, threads, smem)
-        except Exception:  # occupancy query unavailable: assume 3 (the register-limited count at D = 128)
-            per_sm = 3
-        sms = multiprocessor_count(device)
-        _residency[key] = (max(1, per_sm) * sms, sms)
-    return _residency[key]
+    return SplitPlan(-(-tiles // per_split), per_split)
 
 
 class DecodeLaunch(NamedTuple):
@@ -274,7 +194,6 @@ class DecodeLaunch(NamedTuple):
     kernel: CudaKernel    # loaded for the device
     plan: SplitPlan
     resident_ctas: int    # SMs x CTAs per SM (occupancy query)
-    sms: int
 
 
 def decode_launch_plan(cache_format: str, batch: int, q_heads: int, kv_heads: int, head_dim: int, page_size: int,
@@ -283,6 +202,7 @@ def decode_launch_plan(cache_format: str, batch: int, q_heads: int, kv_heads: in
     """The kernel and split plan of a decode launch over a block table of max_pages columns on a CUDA device: the
     variant (default_variant when None), its occupancy there and the split plan from shapes alone."""
     from trace_kernels.codegen.ops import decode_attention as codegen
+    from trace_kernels.ops._common import resident_ctas
     from trace_kernels.runtime import kernel_for
     if variant is None:
         variant = default_variant(cache_format, q_heads, kv_heads, head_dim, page_size)
@@ -290,15 +210,15 @@ def decode_launch_plan(cache_format: str, batch: int, q_heads: int, kv_heads: in
     kernel = kernel_for(spec)
     smem = spec.launch.get("smem", 0)
     kernel.allow_dynamic_smem(device, smem)
-    resident, sms = residency(kernel, spec.name, device, spec.launch["threads"], smem)
+    resident = resident_ctas(kernel, device, spec.launch["threads"], smem)
     plan = plan_splits(batch, spec.launch["ctas_per_split"], max_pages * page_size, spec.launch["tile_tokens"],
-                       resident, num_splits, sms, FIRST_CTA_RATE)
-    return DecodeLaunch(spec, kernel, plan, resident, sms)
+                       resident, num_splits)
+    return DecodeLaunch(spec, kernel, plan, resident)
 
 
 def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scale, num_splits, variant):
     from trace_kernels.codegen.ops import decode_attention as codegen
-    from trace_kernels.ops._common import check_cuda_device, check_tensor, counter_pool, new_output
+    from trace_kernels.ops._common import check_cuda_device, check_tensor, new_output
     from trace_kernels.runtime import i32, kernel_for, ptr, struct
     device = check_cuda_device(q)
     check_tensor(q, "q")
@@ -311,18 +231,11 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
     out = new_output((b, hq, d), torch.bfloat16, q.device)
     if b == 0:
         return out
-    spec, kernel, plan, resident, _ = decode_launch_plan("nvfp4" if geom.nvfp4 else "bf16", b, hq, geom.kv_heads, d,
-                                                         geom.page_size, block_table.shape[1], device, variant,
-                                                         num_splits)
+    spec, kernel, plan, _ = decode_launch_plan("nvfp4" if geom.nvfp4 else "bf16", b, hq, geom.kv_heads, d,
+                                               geom.page_size, block_table.shape[1], device, variant, num_splits)
     smem = spec.launch.get("smem", 0)  # dynamic shared memory (mma4)
     ctas_per_split = spec.launch["ctas_per_split"]  # kv heads x head groups, or head groups (mma4: whole pages)
     splits = plan.splits
-    combine_ctas = split_combine_ctas(splits, b, ctas_per_split, hq, resident, FUSED_SPLIT_COMBINE)
-    counters = None
-    if combine_ctas:  # arrivals and departures per (sequence, CTA column)
-        counters = counter_pool(q.device, 2 * b * ctas_per_split, "decode_split_combine",
-                                allocate=not torch.cuda.is_current_stream_capturing())
-        combine_ctas = combine_ctas if counters is not None else 0
     o_part = lse = None
     if splits > 1:
         o_part = torch.empty((b, hq, splits, d), dtype=torch.float32, device=q.device)
@@ -335,12 +248,11 @@ def _launch_decode(q, k_cache, v_cache, block_table, lengths, geom, softmax_scal
     addr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
     params = _DecodeParams(q.data_ptr(), *(addr(t) for t in tensors), block_table.data_ptr(), lengths.data_ptr(),
                            out.data_ptr(), addr(o_part), addr(lse), block_table.shape[1], plan.tiles_per_split,
-                           _default_scale(softmax_scale, d) * math.log2(math.e), plan.long_splits, plan.short_tiles,
-                           addr(counters), combine_ctas)
+                           _default_scale(softmax_scale, d) * math.log2(math.e))
     with nvtx.annotate("decode_attention"):
         kernel.launch(device, (ctas_per_split, splits, b), (spec.launch["threads"],),
                       [struct(params)], smem=smem, pdl=DECODE_PDL)
-        if splits > 1 and not combine_ctas:
+        if splits > 1:
             combine = codegen.combine_spec(d)
             kernel_for(combine).launch(device, (b * hq,), (combine.launch["threads"],),  # waits for the decode grid
                                        [ptr(o_part), ptr(lse), ptr(out), i32(splits)], pdl=True)

@@ -118,10 +118,6 @@ def naive_attention_fp64(case: PagedCase, softmax_scale: float | None = None) ->
 # Kernel shapes the GPU tests and bench_attention.py launch: (Hq, Hkv, D, P)
 TEST_SHAPES = ((8, 8, 64, 16), (16, 4, 128, 16), (32, 4, 128, 64), (8, 1, 64, 64), (64, 4, 128, 16),
                (32, 4, 128, 16), (10, 2, 128, 16), (24, 2, 64, 64))
-# (Hq, Hkv, D, P) and the occupancy configuration the fused split merge's GPU test adds to the kernels every decode
-# test runs (test_kv_kernels.KERNELS)
-FUSED_MERGE_SHAPES = ((32, 4, 128, 16), (8, 1, 64, 64), (10, 2, 128, 16), (64, 4, 128, 16))
-FUSED_MERGE_VARIANTS = ("mma4l_w1s2",)
 APPEND_SHAPES = ((2, 64), (4, 128), (8, 128))  # (Hkv, D)
 APPEND_VARIANTS = ("b2", "b4", "b2_cta128", "b2_cta128_mb12")  # NVFP4 variants the GPU tests launch (+ b1)
 
@@ -139,7 +135,6 @@ def kernel_specs() -> list:
                   decode_attention.spec("bf16", hq, hkv, d, p, "mma")]
     specs += [decode_attention.spec("nvfp4", *shape, v) for shape in decode_attention.CONFIG_TEST_SHAPES
               for v in decode_attention.CONFIG_TEST_VARIANTS]
-    specs += [decode_attention.spec("nvfp4", *shape, v) for shape in FUSED_MERGE_SHAPES for v in FUSED_MERGE_VARIANTS]
     specs += [decode_attention.combine_spec(d) for d in (64, 128)]
     specs += [kv_codegen.spec(f, hkv, d) for f in ("nvfp4", "bf16") for hkv, d in APPEND_SHAPES]
     specs += [kv_codegen.spec("nvfp4", hkv, d, v) for hkv, d in APPEND_SHAPES for v in APPEND_VARIANTS

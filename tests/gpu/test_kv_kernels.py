@@ -247,25 +247,6 @@ def test_decode_ignores_bytes_past_the_end(variant, lengths, hq, hkv, d, p, num_
     assert ((out - ref).abs() <= bound).all()
 
 
-@pytest.mark.parametrize("cache_format,variant", [("nvfp4", "mma4l"), ("nvfp4", "mma4l_w1s2"), ("nvfp4", "mma2_w2s2"),
-                                                  ("bf16", "mma")])
-def test_decode_attention_uneven_split_plan(monkeypatch, cache_format, variant):
-    """attention.FIRST_CTA_RATE above 1: splits of two lengths, the grid read split-major (decode_cta). The default
-    kernel (mma4l, two CTAs per SM) must really get an uneven plan here; the others run what their occupancy gives."""
-    monkeypatch.setattr(attention, "FIRST_CTA_RATE", 1.2)
-    lengths = [16384, 9000, 16000, 1, 12345, 16384, 700, 15000]  # 8 x 16K positions: one wave of pairs on the H200
-    case, k_dev, v_dev = _decode_case(cache_format, lengths, 32, 4, 128, 16)
-    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
-    launch = attention.decode_launch_plan(cache_format, 8, 32, 4, 128, 16, table.shape[1], 0, variant)
-    if variant == "mma4l":
-        assert launch.plan.uneven, launch
-    out = attention.decode_attention(q, k_dev, v_dev, table, lens, variant=variant).float()
-    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
-    assert torch.isfinite(out).all()
-    bound = ref.abs() * 2**-7 + 2e-3 * (4 if cache_format == "bf16" else 1) * ref.abs().amax(dim=-1, keepdim=True)
-    assert ((out - ref).abs() <= bound).all(), launch.plan
-
-
 @pytest.mark.parametrize("variant", [None, "mma2_w2s2"])
 def test_decode_attention_cuda_graph(variant):
     case, k_dev, v_dev = _decode_case("nvfp4", [100, 900], 32, 4, 128, 16)
@@ -279,89 +260,6 @@ def test_decode_attention_cuda_graph(variant):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, ref)  # deterministic: same plan, same order
-
-
-FUSED_CASES = [  # lengths, Hq, Hkv, D, P (kv_testing.FUSED_MERGE_SHAPES)
-    ([16384, 9000, 16000, 1, 12345, 16384, 700, 15000], 32, 4, 128, 16),  # issue 5's shape: up to 32 splits
-    ([3000, 17, 2500], 8, 1, 64, 64),                                       # D 64, GQA 8
-    ([900, 1, 5000], 10, 2, 128, 16),                                       # GQA 5
-    ([513, 20], 64, 4, 128, 16),                                            # GQA 16: two CTAs per kv head
-]
-
-
-def _one_wave_splits(cache_format, variant, batch, hq, hkv, d, p, table_pages):
-    """The planner's split count, cut to half a wave of CTAs, and its merging CTAs. One wave is the fused merge's
-    condition; half of one still fits when compute-sanitizer's instrumentation lowers the occupancy."""
-    launch = attention.decode_launch_plan(cache_format, batch, hq, hkv, d, p, table_pages, 0, variant)
-    ctas = launch.spec.launch["ctas_per_split"]
-    splits = min(launch.plan.splits, launch.resident_ctas // (2 * batch * ctas))
-    assert splits >= 2, launch  # the case has splits to merge
-    return splits, attention.split_combine_ctas(splits, batch, ctas, hq, launch.resident_ctas, True)
-
-
-@pytest.mark.parametrize("cache_format,variant", KERNELS + [("nvfp4", v) for v in kv_testing.FUSED_MERGE_VARIANTS])
-@pytest.mark.parametrize("lengths,hq,hkv,d,p", FUSED_CASES)
-def test_fused_split_combine_equals_the_combine_kernel(monkeypatch, cache_format, variant, lengths, hq, hkv, d, p):
-    """attention.FUSED_SPLIT_COMBINE: the decode kernel's last CTAs merge the splits, bit for bit as the combine
-    kernel does; twice in a row and in CUDA-graph replays (each launch leaves its counters zero for the next)."""
-    from trace_kernels.ops import _common
-    case, k_dev, v_dev = _decode_case(cache_format, lengths, hq, hkv, d, p)
-    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
-    splits, combine_ctas = _one_wave_splits(cache_format, variant, len(lengths), hq, hkv, d, p, table.shape[1])
-    assert combine_ctas >= 1
-    decode = lambda **kw: attention.decode_attention(q, k_dev, v_dev, table, lens, variant=variant,  # noqa: E731
-                                                     num_splits=splits, **kw)
-    want = decode()  # the combine kernel's merge
-    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
-    assert float((want.float() - ref).norm() / ref.norm()) < 6e-3
-    monkeypatch.setattr(attention, "FUSED_SPLIT_COMBINE", True)
-    for _ in range(2):
-        assert torch.equal(decode(), want)
-    torch.cuda.synchronize()
-    counters = _common.counter_pool(q.device, 0, "decode_split_combine")
-    assert not counters.any(), "a fused launch left its arrival counters set"
-    graph = torch.cuda.CUDAGraph()
-    with capture_graph(graph):
-        out = decode(check_values=False)
-    for _ in range(3):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, want)
-    assert not counters.any()
-
-
-def test_fused_split_combine_with_the_uneven_plan(monkeypatch):
-    """The two launch options together: the uneven plan's split-major grid, merged in the kernel, bit for bit."""
-    monkeypatch.setattr(attention, "FIRST_CTA_RATE", 1.2)
-    lengths = [16384, 9000, 16000, 1, 12345, 16384, 700, 15000]
-    case, k_dev, v_dev = _decode_case("nvfp4", lengths, 32, 4, 128, 16)
-    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
-    launch = attention.decode_launch_plan("nvfp4", 8, 32, 4, 128, 16, table.shape[1], 0, "mma4l")
-    assert launch.plan.uneven and attention.split_combine_ctas(
-        launch.plan.splits, 8, launch.spec.launch["ctas_per_split"], 32, launch.resident_ctas, True), launch
-    want = attention.decode_attention(q, k_dev, v_dev, table, lens, variant="mma4l")
-    monkeypatch.setattr(attention, "FUSED_SPLIT_COMBINE", True)
-    assert torch.equal(attention.decode_attention(q, k_dev, v_dev, table, lens, variant="mma4l"), want)
-
-
-def test_fused_split_combine_falls_back_inside_a_capture_without_counters(monkeypatch):
-    """A capture before any fused launch on the device has no counters to give (their zero fill would only be
-    captured): that launch merges in the combine kernel, with the same bits."""
-    from trace_kernels.ops import _common
-    case, k_dev, v_dev = _decode_case("nvfp4", [16384, 9000, 16000, 12345], 32, 4, 128, 16)
-    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
-    want = attention.decode_attention(q, k_dev, v_dev, table, lens)
-    monkeypatch.setattr(_common, "_counters", {})
-    monkeypatch.setattr(attention, "FUSED_SPLIT_COMBINE", True)
-    graph = torch.cuda.CUDAGraph()
-    with capture_graph(graph):
-        out = attention.decode_attention(q, k_dev, v_dev, table, lens, check_values=False)
-    assert _common._counters == {}  # nothing allocated inside the capture
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
 
 
 def test_decode_rejects_bad_input_on_gpu():

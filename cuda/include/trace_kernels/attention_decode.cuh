@@ -16,7 +16,6 @@
 #include <stdint.h>
 
 #include "trace_kernels/attention_decode_params.cuh"
-#include "trace_kernels/attention_split_combine.cuh"
 #include "trace_kernels/decode_timeline.cuh"
 #include "trace_kernels/kv_codes.cuh"
 #include "trace_kernels/nvfp4.cuh"
@@ -107,10 +106,9 @@ __device__ __forceinline__ SplitRange split_range(const DecodeParams& p, int b, 
   constexpr int TT = Cfg::TT;
   pdl::wait_for_prerequisite_grid();
   const int length = min(p.lengths[b], p.max_pages * Cfg::P);  // never index past the block table
-  const SplitTiles tiles = split_tiles(p, split);
   SplitRange r;
-  r.pos_begin = tiles.first * TT;
-  r.pos_end = min(length, r.pos_begin + tiles.count * TT);
+  r.pos_begin = split * p.tiles_per_split * TT;
+  r.pos_end = min(length, r.pos_begin + p.tiles_per_split * TT);
   r.num_tiles = r.pos_end > r.pos_begin ? (r.pos_end - r.pos_begin + TT - 1) / TT : 0;
   return r;
 }

@@ -123,10 +123,9 @@ __device__ __forceinline__ void decode_attention_mma_bf16(const DecodeParams& p)
 
   const int kv_head = blockIdx.x / Cfg::kHeadGroups;
   const int head0 = kv_head * Cfg::GROUP + (blockIdx.x % Cfg::kHeadGroups) * G;
-  const DecodeCta cta = decode_cta(p);
-  const int split = cta.split;
+  const int split = blockIdx.y;
   const int num_splits = gridDim.y;
-  const int b = cta.b;
+  const int b = blockIdx.z;
   const int hq = Cfg::HKV * Cfg::GROUP;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -267,8 +266,6 @@ __device__ __forceinline__ void decode_attention_mma_bf16(const DecodeParams& p)
     const int64_t bh = static_cast<int64_t>(b) * hq + head0 + h;
     store_split_output<D>(p, bh, d, split, num_splits, o, m, l);
   }
-  combine_splits_in_kernel<D, Cfg::kThreads, Cfg::kSmemBytes / 4>(p, b, hq, G, [&](int r) { return head0 + r; },
-                                                                   reinterpret_cast<float*>(smem));
 }
 
 }  // namespace trace_kernels

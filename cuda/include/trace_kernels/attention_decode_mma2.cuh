@@ -67,7 +67,6 @@ struct DecodeAttentionMma2Config : KvStageLayout</*TT=*/32 * WARPS_, D_ / 2, D_ 
   static constexpr bool kDynamicSmem = false;
   static constexpr bool kZeroTailScales = false;  // cp.async zero-fills every position >= end
   static constexpr bool kBulk = false;            // stages filled by LoadTile's cp.async, not bulk copies
-  using LoaderState = uint32_t;                   // unused (the bulk pipeline's lane state)
   __device__ static __forceinline__ int code_row(int tok, int) { return tok; }
   __device__ static __forceinline__ int scale_row(int tok, int) { return tok; }
 };
@@ -189,10 +188,9 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   const int kv_head = Cfg::kKvHeadsPerCta == 1 ? blockIdx.x / Cfg::kHeadGroups : h_local;
   const int head_group = Cfg::kKvHeadsPerCta == 1 ? blockIdx.x % Cfg::kHeadGroups : blockIdx.x;
   const int head0 = kv_head * Cfg::GROUP + head_group * G;
-  const DecodeCta cta = decode_cta(p);
-  const int split = cta.split;
+  const int split = blockIdx.y;
   const int num_splits = gridDim.y;
-  const int b = cta.b;
+  const int b = blockIdx.z;
   const int hq = Cfg::HKV * Cfg::GROUP;
   const int gid = lane / 4;  // QK: token row / B column (head gid); PV: d rows
   const int tig = lane % 4;  // QK: D quarter; C columns = heads 2 tig, 2 tig + 1
@@ -204,7 +202,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   DECODE_NOTE(num_tiles);
 
   // The first tiles' copies go out before q is read, so q's loads and scaling overlap their flight.
-  typename Cfg::LoaderState loader_slot{};  // kBulk: this lane's page slot in the next tile it copies (and more)
+  uint32_t loader_slot = 0;  // kBulk: this lane's page slot in the next tile it copies
   if constexpr (Cfg::kBulk) {
     Cfg::pipeline_start(smem, p, b, range, loader_slot);
   } else {
@@ -526,14 +524,6 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
     store_split_output8<D>(p, bh, d, split, num_splits, o, m, l);
   }
   DECODE_STAMP(5);
-  // Row r of the cell: kv head r / G of the CTA (mma4: every kv head), its q head r % G of this head group. The merge's
-  // shared memory again (mma4: below stage 0's mbarrier).
-  combine_splits_in_kernel<D, Cfg::kThreads, Cfg::kReduceFloats>(
-      p, b, hq, Cfg::kKvHeadsPerCta * G,
-      [&](int r) {
-        return Cfg::kKvHeadsPerCta == 1 ? head0 + r : (r / G) * Cfg::GROUP + head_group * G + r % G;
-      },
-      reinterpret_cast<float*>(smem));
 }
 
 template <class Cfg>

@@ -28,19 +28,6 @@
 
 namespace trace_kernels {
 
-// A loading lane's state across tiles (mma4's bulk pipeline): its page slot in the next tile it copies and, with
-// TRACE_KERNELS_DECODE_LANE_COPY (an A/B candidate, profiling/decode_ab.py NAME=DIR:MACRO), its copy's constants,
-// computed once in bulk_start instead of in every tile.
-struct Mma4LaneCopy {
-  uint32_t next_slot;
-#ifdef TRACE_KERNELS_DECODE_LANE_COPY
-  uint32_t dst;          // the run's offset in a stage
-  uint32_t token_bytes;  // the array's bytes per token position; 0: this lane copies nothing
-  int run_pos;           // the run's first position in a tile
-  const uint8_t* src;    // the array
-#endif
-};
-
 // Stage rows: TT tokens x Hkv heads (TT = 32 x WARPS_PER_HEAD), in the cache's order.
 template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS_PER_HEAD_, int STAGES_>
 struct DecodeAttentionMma4Config : KvStageLayout<32 * WARPS_PER_HEAD_ * HKV_, D_ / 2, D_ / 16, 4> {
@@ -87,11 +74,10 @@ struct DecodeAttentionMma4Config : KvStageLayout<32 * WARPS_PER_HEAD_ * HKV_, D_
   __device__ static __forceinline__ int scale_row(int tok, int h) { return tok * HKV + h; }
   // The bulk-copy pipeline (decode_attention_mma2_tiles calls these when kBulk).
   static constexpr bool kBulk = true;
-  using LoaderState = Mma4LaneCopy;
   __device__ static __forceinline__ void pipeline_start(uint8_t* smem, const DecodeParams& p, int b,
-                                                        const SplitRange& r, LoaderState& lane);
+                                                        const SplitRange& r, uint32_t& next_slot);
   __device__ static __forceinline__ void pipeline_next(uint8_t* smem, const DecodeParams& p, int b,
-                                                       const SplitRange& r, int tile, LoaderState& lane);
+                                                       const SplitRange& r, int tile, uint32_t& next_slot);
 };
 
 namespace mma4_detail {
@@ -109,38 +95,14 @@ __device__ __forceinline__ int copy_of_lane(int warp, int lane) {
   return lane * Cfg::kWarps + warp;
 }
 
-// Page slot (page * P + offset) of position pos of sequence b.
-template <class Cfg>
-__device__ __forceinline__ uint32_t page_slot(const DecodeParams& p, int b, int pos) {
-  const int* table = p.block_table + static_cast<int64_t>(b) * p.max_pages;
-  const uint32_t page = static_cast<uint32_t>(__ldg(table + pos / Cfg::P));
-  return page * Cfg::P + static_cast<uint32_t>(pos % Cfg::P);
-}
-
-// Page slot of copy c's run in the tile at pos0, 0 past the end or without a copy.
+// Page slot (page * P + offset) of copy c's run in the tile at pos0, 0 past the end or without a copy.
 template <class Cfg>
 __device__ __forceinline__ uint32_t copy_slot(const DecodeParams& p, int b, int pos0, int end, int c) {
   const int pos = pos0 + (c % Cfg::kRuns) * Cfg::kRun;
   if (c >= 6 * Cfg::kRuns || pos >= end) return 0u;
-  return page_slot<Cfg>(p, b, pos);
-}
-
-// The source, bytes per token position and stage offset of array `array`: K codes, V codes, K block scales, V block
-// scales, K scale, V scale.
-struct CopyArray {
-  const uint8_t* src;
-  int token_bytes;
-  int offset;
-};
-
-template <class Cfg>
-__device__ __forceinline__ CopyArray copy_array(const DecodeParams& p, int array) {
-  return {array == 0 ? p.k_codes : array == 1 ? p.v_codes : array == 2 ? p.k_block_scales
-          : array == 3 ? p.v_block_scales : array == 4 ? reinterpret_cast<const uint8_t*>(p.k_scale)
-          : reinterpret_cast<const uint8_t*>(p.v_scale),
-          array < 2 ? Cfg::HKV * Cfg::kCodeBytes : array < 4 ? Cfg::HKV * Cfg::kScaleBytes : Cfg::HKV * 4,
-          array == 0 ? Cfg::kOffKc : array == 1 ? Cfg::kOffVc : array == 2 ? Cfg::kOffKb
-          : array == 3 ? Cfg::kOffVb : array == 4 ? Cfg::kOffKs : Cfg::kOffVs};
+  const int* table = p.block_table + static_cast<int64_t>(b) * p.max_pages;
+  const uint32_t page = static_cast<uint32_t>(__ldg(table + pos / Cfg::P));
+  return page * Cfg::P + static_cast<uint32_t>(pos % Cfg::P);
 }
 
 // This warp's share of the tile at pos0 (copy c of this lane; runs at or past the end are skipped,
@@ -152,58 +114,26 @@ __device__ __forceinline__ void issue_share(uint8_t* stage, const DecodeParams& 
   uint64_t* bar = full_bar<Cfg>(stage);
   const int r = c % Cfg::kRuns;
   if (c < 6 * Cfg::kRuns && pos0 + r * Cfg::kRun < end) {
-    const CopyArray a = copy_array<Cfg>(p, c / Cfg::kRuns);
-    const uint32_t bytes = static_cast<uint32_t>(Cfg::kRun * a.token_bytes);
+    const int array = c / Cfg::kRuns;  // K codes, V codes, K block scales, V block scales, K scale, V scale
+    const uint8_t* src = array == 0 ? p.k_codes : array == 1 ? p.v_codes : array == 2 ? p.k_block_scales
+                       : array == 3 ? p.v_block_scales : array == 4 ? reinterpret_cast<const uint8_t*>(p.k_scale)
+                       : reinterpret_cast<const uint8_t*>(p.v_scale);
+    const int token_bytes = array < 2 ? Cfg::HKV * Cfg::kCodeBytes : array < 4 ? Cfg::HKV * Cfg::kScaleBytes
+                                                                            : Cfg::HKV * 4;
+    const int offset = array == 0 ? Cfg::kOffKc : array == 1 ? Cfg::kOffVc : array == 2 ? Cfg::kOffKb
+                     : array == 3 ? Cfg::kOffVb : array == 4 ? Cfg::kOffKs : Cfg::kOffVs;
+    const uint32_t bytes = static_cast<uint32_t>(Cfg::kRun * token_bytes);
     bulk::mbar_expect_tx(bar, bytes);
-    bulk::bulk_copy(stage + a.offset + r * bytes, a.src + static_cast<uint64_t>(slot) * a.token_bytes, bytes, bar);
+    bulk::bulk_copy(stage + offset + r * bytes, src + static_cast<uint64_t>(slot) * token_bytes, bytes, bar);
   }
   __syncwarp();
   if (lane == 0) bulk::mbar_arrive(bar);
 }
 
-#ifdef TRACE_KERNELS_DECODE_LANE_COPY
-// Copy c's constants (issue_share's, once).
-template <class Cfg>
-__device__ __forceinline__ Mma4LaneCopy lane_copy(const DecodeParams& p, int c) {
-  Mma4LaneCopy lane{};
-  if (c >= 6 * Cfg::kRuns) return lane;
-  const CopyArray a = copy_array<Cfg>(p, c / Cfg::kRuns);
-  const int run = c % Cfg::kRuns;
-  lane.src = a.src;
-  lane.token_bytes = static_cast<uint32_t>(a.token_bytes);
-  lane.run_pos = run * Cfg::kRun;
-  lane.dst = static_cast<uint32_t>(a.offset + run * Cfg::kRun * a.token_bytes);
-  return lane;
-}
-
-// copy_slot from the lane's constants.
-template <class Cfg>
-__device__ __forceinline__ uint32_t lane_copy_slot(const DecodeParams& p, int b, int pos0, int end,
-                                                   const Mma4LaneCopy& lane) {
-  const int pos = pos0 + lane.run_pos;
-  if (lane.token_bytes == 0 || pos >= end) return 0u;
-  return page_slot<Cfg>(p, b, pos);
-}
-
-// issue_share from the lane's constants.
-template <class Cfg>
-__device__ __forceinline__ void lane_issue_share(uint8_t* stage, int pos0, int end, const Mma4LaneCopy& lane,
-                                                 int lane_id) {
-  uint64_t* bar = full_bar<Cfg>(stage);
-  if (lane.token_bytes != 0 && pos0 + lane.run_pos < end) {
-    const uint32_t bytes = static_cast<uint32_t>(Cfg::kRun) * lane.token_bytes;
-    bulk::mbar_expect_tx(bar, bytes);
-    bulk::bulk_copy(stage + lane.dst, lane.src + static_cast<uint64_t>(lane.next_slot) * lane.token_bytes, bytes, bar);
-  }
-  __syncwarp();
-  if (lane_id == 0) bulk::mbar_arrive(bar);
-}
-#endif
-
-// Barriers, then tiles 0 .. STAGES - 2 in flight; lane.next_slot = this lane's page slot in tile STAGES - 1.
+// Barriers, then tiles 0 .. STAGES - 2 in flight; next_slot = this lane's page slot in tile STAGES - 1.
 template <class Cfg>
 __device__ __forceinline__ void bulk_start(uint8_t* smem, const DecodeParams& p, int b, const SplitRange& r,
-                                           Mma4LaneCopy& lane_state) {
+                                           uint32_t& next_slot) {
   static_assert(6 * Cfg::kRuns <= 32 * Cfg::kWarps, "one copy per lane at most");
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -213,20 +143,6 @@ __device__ __forceinline__ void bulk_start(uint8_t* smem, const DecodeParams& p,
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int c = copy_of_lane<Cfg>(threadIdx.x / 32, lane);
-#ifdef TRACE_KERNELS_DECODE_LANE_COPY
-  lane_state = lane_copy<Cfg>(p, c);
-#pragma unroll
-  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-    if (s < r.num_tiles) {
-      const int pos0 = r.pos_begin + s * Cfg::TT;
-      lane_state.next_slot = lane_copy_slot<Cfg>(p, b, pos0, r.pos_end, lane_state);
-      lane_issue_share<Cfg>(smem + s * Cfg::kStageBytes, pos0, r.pos_end, lane_state, lane);
-    }
-  }
-  lane_state.next_slot = Cfg::STAGES - 1 < r.num_tiles
-                             ? lane_copy_slot<Cfg>(p, b, r.pos_begin + (Cfg::STAGES - 1) * Cfg::TT, r.pos_end, lane_state)
-                             : 0u;
-#else
 #pragma unroll
   for (int s = 0; s < Cfg::STAGES - 1; ++s) {
     if (s < r.num_tiles) {
@@ -236,8 +152,7 @@ __device__ __forceinline__ void bulk_start(uint8_t* smem, const DecodeParams& p,
     }
   }
   if (Cfg::STAGES - 1 < r.num_tiles)
-    lane_state.next_slot = copy_slot<Cfg>(p, b, r.pos_begin + (Cfg::STAGES - 1) * Cfg::TT, r.pos_end, c);
-#endif
+    next_slot = copy_slot<Cfg>(p, b, r.pos_begin + (Cfg::STAGES - 1) * Cfg::TT, r.pos_end, c);
 }
 
 // At the top of iteration `tile` (the CTA barrier ending tile - 1 freed its stage): every warp issues
@@ -245,19 +160,14 @@ __device__ __forceinline__ void bulk_start(uint8_t* smem, const DecodeParams& p,
 // one tile later, so the lookup never stalls); then every thread waits for `tile`.
 template <class Cfg>
 __device__ __forceinline__ void bulk_next(uint8_t* smem, const DecodeParams& p, int b, const SplitRange& r, int tile,
-                                          Mma4LaneCopy& lane_state) {
+                                          uint32_t& next_slot) {
   const int n = tile + Cfg::STAGES - 1;
   if (n < r.num_tiles) {
     const int lane = threadIdx.x % 32;
-    const int pos0 = r.pos_begin + n * Cfg::TT;
-#ifdef TRACE_KERNELS_DECODE_LANE_COPY
-    lane_issue_share<Cfg>(smem + (n % Cfg::STAGES) * Cfg::kStageBytes, pos0, r.pos_end, lane_state, lane);
-    if (n + 1 < r.num_tiles) lane_state.next_slot = lane_copy_slot<Cfg>(p, b, pos0 + Cfg::TT, r.pos_end, lane_state);
-#else
     const int c = copy_of_lane<Cfg>(threadIdx.x / 32, lane);
-    issue_share<Cfg>(smem + (n % Cfg::STAGES) * Cfg::kStageBytes, p, pos0, r.pos_end, lane_state.next_slot, c, lane);
-    if (n + 1 < r.num_tiles) lane_state.next_slot = copy_slot<Cfg>(p, b, pos0 + Cfg::TT, r.pos_end, c);
-#endif
+    const int pos0 = r.pos_begin + n * Cfg::TT;
+    issue_share<Cfg>(smem + (n % Cfg::STAGES) * Cfg::kStageBytes, p, pos0, r.pos_end, next_slot, c, lane);
+    if (n + 1 < r.num_tiles) next_slot = copy_slot<Cfg>(p, b, pos0 + Cfg::TT, r.pos_end, c);
   }
   bulk::mbar_wait(full_bar<Cfg>(smem + (tile % Cfg::STAGES) * Cfg::kStageBytes),
                   static_cast<uint32_t>(tile / Cfg::STAGES) & 1u);
@@ -269,16 +179,16 @@ template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS
 __device__ __forceinline__ void DecodeAttentionMma4Config<D_, HKV_, GROUP_, HEADS_PER_CTA_, PAGE_, WARPS_PER_HEAD_,
                                                           STAGES_>::pipeline_start(uint8_t* smem, const DecodeParams& p,
                                                                                    int b, const SplitRange& r,
-                                                                                   LoaderState& lane) {
-  mma4_detail::bulk_start<DecodeAttentionMma4Config>(smem, p, b, r, lane);
+                                                                                   uint32_t& next_slot) {
+  mma4_detail::bulk_start<DecodeAttentionMma4Config>(smem, p, b, r, next_slot);
 }
 
 template <int D_, int HKV_, int GROUP_, int HEADS_PER_CTA_, int PAGE_, int WARPS_PER_HEAD_, int STAGES_>
 __device__ __forceinline__ void DecodeAttentionMma4Config<D_, HKV_, GROUP_, HEADS_PER_CTA_, PAGE_, WARPS_PER_HEAD_,
                                                           STAGES_>::pipeline_next(uint8_t* smem, const DecodeParams& p,
                                                                                   int b, const SplitRange& r, int tile,
-                                                                                  LoaderState& lane) {
-  mma4_detail::bulk_next<DecodeAttentionMma4Config>(smem, p, b, r, tile, lane);
+                                                                                  uint32_t& next_slot) {
+  mma4_detail::bulk_next<DecodeAttentionMma4Config>(smem, p, b, r, tile, next_slot);
 }
 
 // LoadTile of decode_attention_mma2_tiles: unused with kBulk (the pipeline above loads the stages).

@@ -1,7 +1,9 @@
-// The parameters of every decode kernel (attention_decode*.cuh) and the split plan they read.
+// The parameters of every decode kernel (attention_decode*.cuh).
 //
-// Fields are only ever added at the end: profiling/decode_ab.py runs kernels built from older header trees with the
-// current Python launcher, and a kernel reads only the prefix its own struct declares.
+// Add fields only at the end: profiling/decode_ab.py runs kernels built from older header trees with the current
+// Python launcher, and a kernel reads only the prefix its own struct declares. (The four fields that the uneven split
+// plan and the in-kernel split merge appended went with them on 2026-12-05, so trees from 8aaeda6 to 547b8ce no longer
+// match this launcher; 3020219 and earlier do.)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,44 +25,8 @@ struct DecodeParams {
   float* o_part;               // [B, Hq, S, D] (several splits)
   float* lse_part;             // [B, Hq, S]
   int max_pages;
-  int tiles_per_split;         // splits [0, long_splits): tiles of TT tokens each
+  int tiles_per_split;         // split s covers tiles [s x tiles_per_split, (s + 1) x tiles_per_split) of TT tokens
   float scale_log2;            // softmax scale * log2(e)
-  int long_splits;             // == S: even plan; < S: uneven (attention.plan_splits), grid order split-major
-  int short_tiles;             // tiles of splits [long_splits, S)
-  // null: a decode_attention_combine launch merges the splits. Else int32 [2, B x gridDim.x], zero on entry and left
-  // zero: the last combine_ctas CTAs of each (sequence, blockIdx.x) to finish merge them (attention_split_combine.cuh).
-  int* combine_counters;
-  int combine_ctas;
 };
-
-// The (split, sequence) a CTA of grid (CTAs per split, S, B) works on. An even plan keeps the grid's own
-// order. An uneven plan reads it split-major: the hardware places the first CTAs of the grid one per SM
-// and those run faster than the ones placed beside them (docs/kv_cache.md), so its long splits go first.
-struct DecodeCta {
-  int split;
-  int b;
-};
-
-__host__ __device__ __forceinline__ DecodeCta decode_cta(const DecodeParams& p, int y, int z, int splits,
-                                                         int batch) {
-  if (p.long_splits >= splits) return {y, z};
-  const int linear = y + splits * z;
-  return {linear / batch, linear % batch};
-}
-
-__device__ __forceinline__ DecodeCta decode_cta(const DecodeParams& p) {
-  return decode_cta(p, blockIdx.y, blockIdx.z, gridDim.y, gridDim.z);
-}
-
-// The first tile and the tile count of a split under the plan in p.
-struct SplitTiles {
-  int first;
-  int count;
-};
-
-__host__ __device__ __forceinline__ SplitTiles split_tiles(const DecodeParams& p, int split) {
-  if (split < p.long_splits) return {split * p.tiles_per_split, p.tiles_per_split};
-  return {p.long_splits * p.tiles_per_split + (split - p.long_splits) * p.short_tiles, p.short_tiles};
-}
 
 }  // namespace trace_kernels

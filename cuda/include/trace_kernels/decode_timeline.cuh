@@ -10,9 +10,7 @@
 namespace trace_kernels::timeline {
 
 constexpr int kMaxCtas = 8192;  // CTAs past this are not recorded
-// per CTA: globaltimer at points 0..6, smid at 7, clock64 at 8..14, a value at 15, then the in-kernel split merge's
-// end (globaltimer) at 16 and its combiner index + 1 at 17
-constexpr int kSlots = 18;
+constexpr int kSlots = 16;      // per CTA: globaltimer at points 0..6, smid at 7, clock64 at 8..14, a value at 15
 
 }  // namespace trace_kernels::timeline
 
@@ -49,23 +47,11 @@ __device__ __forceinline__ void note(unsigned long long value) {
   if (threadIdx.x == 0 && row != nullptr) row[15] = value;
 }
 
-// The end of this CTA's share of the in-kernel split merge (combine_splits_in_kernel, as combiner `combiner`).
-__device__ __forceinline__ void combined(int combiner) {
-  unsigned long long* row = cta_row();
-  if (threadIdx.x != 0 || row == nullptr) return;
-  unsigned long long ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  row[16] = ns;
-  row[17] = static_cast<unsigned long long>(combiner) + 1;
-}
-
 }  // namespace trace_kernels::timeline
 
 #define DECODE_STAMP(i) ::trace_kernels::timeline::stamp(i)
 #define DECODE_NOTE(v) ::trace_kernels::timeline::note(v)
-#define DECODE_COMBINED(j) ::trace_kernels::timeline::combined(j)
 #else
 #define DECODE_STAMP(i) ((void)0)
 #define DECODE_NOTE(v) ((void)0)
-#define DECODE_COMBINED(j) ((void)0)
 #endif

@@ -15,13 +15,13 @@ from trace_kernels.shapes import ModelShape
 
 NAME = "decode_attention"
 COMBINE_NAME = "decode_attention_combine"
-COMBINE_THREADS = 256  # 8 warps = kCombineWarps (attention_split_combine.cuh), each a few whole split rows in flight
+COMBINE_THREADS = 256  # 8 warps (attention_split_combine.cuh), each a few whole split rows in flight
 MMA_TEMPLATE = "decode_attention_mma.cu.jinja"
 MMA2_TEMPLATE = "decode_attention_mma2.cu.jinja"
 MMA4_TEMPLATE = "decode_attention_mma4.cu.jinja"
 COMBINE_TEMPLATE = "decode_attention_combine.cu.jinja"
-COMBINE_HEADERS = ("trace_kernels/attention_decode_params.cuh", "trace_kernels/attention_split_combine.cuh")
-DECODE_HEADERS = (*COMBINE_HEADERS, "trace_kernels/attention_decode.cuh")
+COMBINE_HEADERS = ("trace_kernels/attention_split_combine.cuh",)
+DECODE_HEADERS = ("trace_kernels/attention_decode_params.cuh", "trace_kernels/attention_decode.cuh")
 FORMATS = ("nvfp4", "bf16")
 HEAD_DIMS = (64, 128)  # shared-memory budget of the tile pipeline (attention_decode.cuh)
 PAGE_SIZES = (16,)  # AOT set; any positive page size renders
