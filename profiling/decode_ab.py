@@ -10,8 +10,8 @@ DecodeParams must be a prefix of this launcher's (attention_decode_params.cuh sa
 decodes the same random cases (random lengths, shuffled pages, split counts from 1 to the planner's) and the outputs
 of every arm must be equal bit for bit to the first arm's (--allow-different to time arms whose numerics differ; the
 error against the FP32 reference is printed for every arm). Then ROUNDS rounds time bench_attention's four cases per
-arm (CUDA-graph medians), the arm order reversed every other round, at the planner's split count and at each of
---split-counts. (Arms NAME=DIR@RATE and +fused, the uneven split plan and the in-kernel split merge, went with those
+arm (CUDA-graph medians), the arm order reversed every other round, at the planner's split count (each arm's from its
+own kernel's occupancy, so arms whose occupancy differs split differently) and at each of --split-counts. (Arms NAME=DIR@RATE and +fused, the uneven split plan and the in-kernel split merge, went with those
 on 2026-12-05.)
 """
 
