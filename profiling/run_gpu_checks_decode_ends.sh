@@ -11,7 +11,7 @@
 # The twenty-fifth session ran it three times on three trees (docs/kv_cache.md, "A decode CTA's start and end"). The
 # thirty-first (2026-12-05, an H100) ran it at 547b8ce with the arms of the uneven split plan (NAME=DIR@RATE), the
 # in-kernel split merge (+fused) and the lane-copy macro, and the checks (results/attention_decode_ab_*_h100.json);
-# none was faster and all three went, with those arm forms.
+# none was faster there and all three went, with those arm forms (docs/kv_cache.md says which verdicts an H100 decides).
 # Next: the checks of the tree after that removal, with the A/B of 3020219's headers (.ab_base; PTX identical to this
 # tree's kept kernels at their 32 common shapes): OUT=$OUT ROUNDS=1 SPLITS="" VARIANTS="" TIMELINE=0 bash ...
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh
