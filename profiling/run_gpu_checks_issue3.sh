@@ -2,8 +2,8 @@
 # Issue 3 on the H200, every kernel variant in one run (< 8 minutes): build all variants, SASS
 # facts, the bit-exact GPU tests for every variant, compute-sanitizer memcheck + racecheck on a
 # small subset, the memory-kernel benchmark (all variants + copy study), then a short table.
-# Logs and JSON go to ${OUT:-runs/issue3}. Every step has its own time limit, so one slow step
-# cannot eat the others' time.
+# Logs and JSON (memory_kernels_<card>.json, e.g. memory_kernels_h200.json) go to ${OUT:-runs/issue3}. Every step
+# has its own time limit, so one slow step cannot eat the others' time.
 # Usage (repo root; carry .whl and, built by `python profiling/prebuild_device_caches.py memory`, .tkcache):
 #   OUT=$OUT bash profiling/run_gpu_checks_issue3.sh
 set -uo pipefail
@@ -36,7 +36,10 @@ timeout 75 python3 -m pytest tests/gpu/test_quantize_kernels.py -q -rfE --maxfai
   > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests exit: $?" | tee -a "$OUT/gpu_tests.log"; tail -25 "$OUT/gpu_tests.log"
 
-timeout 130 python3 profiling/bench_memory_kernels.py --out "$OUT/memory_kernels_h200.json" > "$OUT/bench.log" 2>&1
+# the results file names the card it ran on (h200, h100, ...): the device tool may lend either
+GPU_TAG=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h[0-9]+' | head -1 | tr 'A-Z' 'a-z')
+RESULTS="$OUT/memory_kernels_${GPU_TAG:-gpu}.json"
+timeout 130 python3 profiling/bench_memory_kernels.py --out "$RESULTS" > "$OUT/bench.log" 2>&1
 echo "bench exit: $?" | tee -a "$OUT/bench.log"
 
 SAN="compute-sanitizer --error-exitcode 9 --print-limit 200 --report-api-errors no"
@@ -49,7 +52,7 @@ for tool in memcheck racecheck; do
   grep -m 8 -E "^========= [A-Z]" "$OUT/sanitizer_$tool.log"
 done
 echo; echo "== benchmark (full table: $OUT/bench.log) =="; tail -8 "$OUT/bench.log"
-python3 - "$OUT/memory_kernels_h200.json" <<'PY'
+python3 - "$RESULTS" <<'PY'
 import json, sys
 reports = []
 for path in sys.argv[1:]:
