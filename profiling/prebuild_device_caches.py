@@ -3,6 +3,7 @@ minutes on the GPU rather than on nvcc. A fresh checkout has none: the caches ar
 
     python profiling/prebuild_device_caches.py kv engine memory             # .tkcache: decode_ends.sh, issue3.sh
     python profiling/prebuild_device_caches.py --cache .tkcache_shapes kv other_shapes   # other_shapes.sh
+    python profiling/prebuild_device_caches.py kv wide                                   # decode_wide.sh
 
 Sets:
   kv            the KV GPU tests' and the attention benchmark's kernels (kv_testing.kernel_specs)
@@ -11,6 +12,7 @@ Sets:
   memory        the memory kernels' GPU tests and benchmark (kernel_sets.memory_kernel_specs)
   other_shapes  run_gpu_checks_other_shapes.sh's MoE auto tables (gpt-oss-120b's and Mixtral-8x7B's shapes, the
                 odd-chunk test shape) and the decode kernels it benchmarks at Llama 4's and GLM-4.5's heads
+  wide          the decode kernels run_gpu_checks_decode_wide.sh benchmarks at GQA 16 and 12 (mma4l and mma4l_c16)
 Afterwards only the newest entry of each kernel name stays (an edited header leaves the old key's entry behind) and the
 cache's size is printed: the device tool carries at most 64 MiB, the tree included. On this 2-core machine (nvcc
 13.0, 2026-12-05): kv 119 kernels in 48 s, engine 54 in 69 s, memory 141 in 69 s (26 MiB the three),
@@ -30,6 +32,9 @@ OTHER_MOE_SHAPES = ("E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64", "E=8,H=4096,I=1
 # (Hq, Hkv, D, P): NVFP4 variants, BF16 variants, as run_gpu_checks_other_shapes.sh benchmarks them
 OTHER_DECODE_HEADS = {(40, 8, 128, 16): (("mma4l", "mma4l_w1s2", "mma2_w2s2"), ("mma",)),
                       (96, 8, 128, 16): (("mma4l", "mma2_w2s2"), ("mma",))}
+# (Hq, Hkv, D, P): NVFP4 variants, BF16 variants, as run_gpu_checks_decode_wide.sh benchmarks them
+WIDE_DECODE_HEADS = {(64, 4, 128, 16): (("mma4l", "mma4l_c16", "mma4l_w1s4_c16", "mma4l_w1s2_c16"), ("mma",)),
+                     (96, 8, 128, 16): (("mma4l", "mma4l_c16", "mma4l_w1s2_c16"), ("mma",))}
 # rl/configs/models.toml's tiny-kernels and small, at every decode batch the RL GPU tests use
 ENGINE_TEST_MODELS = ("E=8,H=64,I=64,k=2,hq=4,hkv=2,hd=64", "E=32,H=512,I=256,k=4,hq=8,hkv=2,hd=64")
 ENGINE_TEST_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -50,22 +55,29 @@ def memory_specs() -> list:
     return memory_kernel_specs()
 
 
-def other_shapes_specs() -> list:
-    from trace_kernels import shapes
-    from trace_kernels.codegen.ops import decode_attention, quantize
-    from trace_kernels.codegen.ops import moe_gemm as codegen
-    from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE
+def decode_specs(heads: dict) -> list:
+    """The decode kernels of {(Hq, Hkv, D, P): (NVFP4 variants, BF16 variants)} and their combines."""
+    from trace_kernels.codegen.ops import decode_attention
     specs = []
-    for shape in [*(shapes.resolve(s) for s in OTHER_MOE_SHAPES), ODD_CHUNKS_SHAPE]:
-        specs += codegen.specs_for_shape(shape, ("auto",)) + quantize.specs_for_shape(shape)
-    for (hq, hkv, d, p), (nvfp4, bf16) in OTHER_DECODE_HEADS.items():
+    for (hq, hkv, d, p), (nvfp4, bf16) in heads.items():
         specs += [decode_attention.spec("nvfp4", hq, hkv, d, p, v) for v in nvfp4]
         specs += [decode_attention.spec("bf16", hq, hkv, d, p, v) for v in bf16]
         specs.append(decode_attention.combine_spec(d))
     return specs
 
 
-SETS = {"kv": kv_specs, "engine": engine_specs, "memory": memory_specs, "other_shapes": other_shapes_specs}
+def other_shapes_specs() -> list:
+    from trace_kernels import shapes
+    from trace_kernels.codegen.ops import moe_gemm as codegen, quantize
+    from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE
+    specs = []
+    for shape in [*(shapes.resolve(s) for s in OTHER_MOE_SHAPES), ODD_CHUNKS_SHAPE]:
+        specs += codegen.specs_for_shape(shape, ("auto",)) + quantize.specs_for_shape(shape)
+    return specs + decode_specs(OTHER_DECODE_HEADS)
+
+
+SETS = {"kv": kv_specs, "engine": engine_specs, "memory": memory_specs, "other_shapes": other_shapes_specs,
+        "wide": lambda: decode_specs(WIDE_DECODE_HEADS)}
 
 
 def keep_newest(root: Path) -> int:

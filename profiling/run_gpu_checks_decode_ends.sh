@@ -12,8 +12,10 @@
 # thirty-first (2026-12-05, an H100) ran it at 547b8ce with the arms of the uneven split plan (NAME=DIR@RATE), the
 # in-kernel split merge (+fused) and the lane-copy macro, and the checks (results/attention_decode_ab_*_h100.json);
 # none was faster there and all three went, with those arm forms (docs/kv_cache.md says which verdicts an H100 decides).
-# Next: the checks of the tree after that removal, with the A/B of 3020219's headers (.ab_base; PTX identical to this
-# tree's kept kernels at their 32 common shapes): OUT=$OUT ROUNDS=1 SPLITS="" VARIANTS="" TIMELINE=0 bash ...
+# Next: the checks of the tree after that removal and after the tile body took two MMA column blocks (mma4l_c16; the
+# thirty-second session), with the A/B of 3020219's headers (.ab_base): the same FP32 operations in the same order at
+# one column block, scheduled differently by nvcc, so decode_ab.py's bitwise comparison and timing are the check:
+# OUT=$OUT ROUNDS=1 SPLITS="" VARIANTS="" TIMELINE=0 bash ...
 # Usage (repo root; carry .whl, .tkcache, .ab_base): OUT=$OUT bash profiling/run_gpu_checks_decode_ends.sh
 #   .tkcache: python profiling/prebuild_device_caches.py kv engine (2 min here); .ab_base: mkdir .ab_base &&
 #   git archive 3020219 cuda | tar -x -C .ab_base

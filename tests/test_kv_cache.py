@@ -297,6 +297,41 @@ def test_mma4l_configurations():
         attention.decode_attention(c24.q, c24.k_cache, c24.v_cache, c24.block_table, c24.lengths, variant="mma4l")
 
 
+def test_mma4l_wide_configurations():
+    """mma4l_c16: a GQA group of 9-16 q heads per kv head in one CTA (two MMA column blocks), 8 warps and 4 stages by
+    default; refused for groups one column block takes, and accepted by the public op."""
+    from trace_kernels.codegen.ops import decode_attention
+    qwen235 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma4l_c16")
+    assert qwen235.name == "decode_attention_nvfp4_mma4l_c16_hq64_hkv4_d128_p16_sm90a"
+    launch = qwen235.launch
+    assert (launch["heads_per_cta"], launch["head_groups"], launch["ctas_per_split"]) == (16, 1, 1)  # K/V read once
+    assert (launch["threads"], launch["tile_tokens"], launch["stages"]) == (256, 64, 4)
+    assert launch["smem"] == 4 * (-(-(64 * 4 * 2 * 76 + 8) // 128) * 128)
+    src = qwen235.render()
+    assert "/*HEADS_PER_CTA=*/16" in src and "__launch_bounds__(Config::kThreads, 1)" in src
+    glm = decode_attention.spec("nvfp4", 96, 8, 128, 16, "mma4l_c16").launch  # 8 kv heads: 1 warp each
+    assert (glm["heads_per_cta"], glm["ctas_per_split"], glm["threads"], glm["tile_tokens"]) == (12, 1, 256, 32)
+    w1 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma4l_w1s2_c16")
+    assert w1.name == "decode_attention_nvfp4_mma4l_w1s2_c16_hq64_hkv4_d128_p16_sm90a"
+    assert (w1.launch["threads"], w1.launch["stages"]) == (128, 2) and "(Config::kThreads, 2)" in w1.render()
+    assert decode_attention.heads_per_cta(24, 16) == 12  # a group of 24: two CTAs of 12 per kv head
+    for variant in decode_attention.WIDE_TEST_VARIANTS:
+        for shape in decode_attention.WIDE_TEST_SHAPES:
+            assert variant in decode_attention.spec("nvfp4", *shape, variant).name
+    for shape, bad, match in (((32, 4, 128, 16), "mma4l_c16", "groups above 8"),
+                              ((8, 8, 64, 16), "mma4l_w1s2_c16", "groups above 8"),
+                              ((64, 4, 128, 16), "mma4l_w2_c16", "variant must be"),
+                              ((64, 4, 128, 16), "mma4l_c8", "variant must be")):
+        with pytest.raises(ValueError, match=match):
+            decode_attention.spec("nvfp4", *shape, bad)
+    c = kv_testing.make_case([40, 3], 16, 1, 64, 16, "nvfp4", seed=5)  # CPU tensors: the reference
+    out = attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths, variant="mma4l_c16")
+    assert torch.equal(out, attention.decode_attention_reference(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths))
+    c8 = _case()
+    with pytest.raises(ValueError, match="groups above 8"):
+        attention.decode_attention(c8.q, c8.k_cache, c8.v_cache, c8.block_table, c8.lengths, variant="mma4l_c16")
+
+
 @pytest.mark.nvcc
 def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
@@ -307,6 +342,7 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     specs = [decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma2_w2s2"),
              decode_attention.spec("nvfp4", 32, 4, 128, 16, "mma4l"),
              decode_attention.spec("nvfp4", 10, 2, 128, 16, "mma4l"),  # GQA 5: 5 of the MMA's 8 columns
+             decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma4l_c16"),  # GQA 16: two column blocks
              decode_attention.spec("bf16", 24, 2, 64, 64, "mma"),  # GQA 12: 12 MMA rows
              kv_codegen.spec("nvfp4", 4, 128), gather_codegen.spec("bf16", 4, 128)]
 

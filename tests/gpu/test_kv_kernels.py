@@ -222,9 +222,52 @@ def test_sweep_config_growing_scores(variant):
     assert ((out - ref).abs() <= bound).all()
 
 
+WIDE_VARIANTS = decode_attention_codegen.WIDE_TEST_VARIANTS
+WIDE_CASES = [  # lengths, Hq, Hkv, D, P: one per WIDE_TEST_SHAPES
+    ([513, 20, 3000, 1], 64, 4, 128, 16),   # GQA 16 (Qwen3-235B-A22B): both column blocks full
+    ([900, 1, 77], 96, 8, 128, 16),         # GQA 12 at D 128: the second block 4 of 8 columns
+    ([2500, 40], 24, 2, 64, 64),            # GQA 12 at D 64, 64-token pages
+]
+
+
+@pytest.mark.parametrize("num_splits", [None, 1, 3])
+@pytest.mark.parametrize("lengths,hq,hkv,d,p", WIDE_CASES)
+@pytest.mark.parametrize("variant", WIDE_VARIANTS)
+def test_wide_variant_matches_reference(variant, lengths, hq, hkv, d, p, num_splits):
+    """mma4l_c16 (a GQA group of 9-16 q heads per kv head in one CTA, two MMA column blocks) against the reference,
+    with the bounds of the other NVFP4 kernels, and against mma4l (two CTAs per kv head) within the same bounds."""
+    case, k_dev, v_dev = _decode_case("nvfp4", lengths, hq, hkv, d, p)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
+    ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
+    assert torch.isfinite(out).all()
+    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
+    err = (out - ref).abs()
+    assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+    assert float((out - ref).norm() / ref.norm()) < 3e-3
+    narrow = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant="mma4l").float()
+    assert ((out - narrow).abs() <= 2 * bound).all()
+
+
+@pytest.mark.parametrize("variant", WIDE_VARIANTS)
+def test_wide_variant_growing_scores_and_special_rows(variant):
+    """The lazy rescale of two column blocks (a warp rescales when any of its 16 columns grew) and special rows."""
+    case = _growing_scores_case((3000, 700, 5, 129), 64, 4, 128, 16, seed=11)
+    k_dev, v_dev = kv_testing.pages_to(case.k_cache, DEV), kv_testing.pages_to(case.v_cache, DEV)
+    q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
+    for num_splits in (None, 1):
+        out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
+        ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
+        assert torch.isfinite(out).all()
+        bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
+        assert ((out - ref).abs() <= bound).all(), num_splits
+
+
 @pytest.mark.parametrize("num_splits", [None, 3])
-@pytest.mark.parametrize("variant", ["mma2_w2s2", "mma4l", "mma4l_w1s2", "mma4l_w4s2"])
-@pytest.mark.parametrize("lengths,hq,hkv,d,p", [([70, 1, 1000, 33], 32, 4, 128, 16), ([100, 5, 31], 8, 1, 64, 64)])
+@pytest.mark.parametrize("variant,lengths,hq,hkv,d,p", [
+    *((v, *case) for v in ("mma2_w2s2", "mma4l", "mma4l_w1s2", "mma4l_w4s2")
+      for case in (([70, 1, 1000, 33], 32, 4, 128, 16), ([100, 5, 31], 8, 1, 64, 64))),
+    ("mma4l_c16", [70, 1, 1000, 33], 64, 4, 128, 16), ("mma4l_c16", [100, 5, 31], 24, 2, 64, 64)])
 def test_decode_ignores_bytes_past_the_end(variant, lengths, hq, hkv, d, p, num_splits):
     """Slots past a sequence's end hold 0xFF (NaN block and row scales) and the block table past its
     pages holds ids far outside the cache: no variant may read a wrong page or let those bytes reach

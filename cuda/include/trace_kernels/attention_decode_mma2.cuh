@@ -168,6 +168,10 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   using namespace mma_detail;
   using namespace mma2_detail;
   constexpr int D = Cfg::D, G = Cfg::G, TT = Cfg::TT;
+  // MMA column blocks of 8 q heads: 1 up to G = 8; 2 (mma4l_c16) up to 16, every dequantized K / V fragment then
+  // feeds two MMAs, so a GQA group of 9-16 reads its kv head's bytes once instead of in two CTAs
+  constexpr int NC = (G + 7) / 8;
+  static_assert(NC == 1 || NC == 2, "up to 16 q heads per kv head and CTA");
   uint8_t* smem;
   if constexpr (Cfg::kDynamicSmem) {
     extern __shared__ __align__(128) uint8_t dynamic_smem[];
@@ -212,17 +216,18 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   // Q of head gid as QK B fragments, scaled by a power of two c into FP16 range. Thread tig owns
   // elements [tig D/4, (tig + 1) D/4); k-step s = 2 i + h: b0 = elements {8i + 4h, +1}, b1 = {+2, +3}
   // (the K A fragment below takes the same elements from its code words: field pairs 2h and 2h + 1).
-  uint32_t qb[Cfg::kKSteps][2];
-  float head_scale[2];  // 2^14 * softmax_scale * log2(e) / c, for heads 2 tig and 2 tig + 1
-  {
+  uint32_t qb[NC][Cfg::kKSteps][2];
+  float head_scale[NC][2];  // 2^14 * softmax_scale * log2(e) / c, for heads 8 nc + 2 tig and 8 nc + 2 tig + 1
+#pragma unroll
+  for (int nc = 0; nc < NC; ++nc) {
     float qv[D / 4];
     float amax = 0.f;
 #pragma unroll
     for (int v = 0; v < D / 32; ++v) {
       float f[8];
-      if (gid < G) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(b) * hq + head0 + gid) * D +
-                                                          tig * (D / 4) + v * 8);
+      if (8 * nc + gid < G) {
+        const int64_t head = static_cast<int64_t>(b) * hq + head0 + 8 * nc + gid;
+        const uint4 raw = *reinterpret_cast<const uint4*>(p.q + head * D + tig * (D / 4) + v * 8);
         detail::bf16x8_to_float(raw, f);
       } else {
 #pragma unroll
@@ -245,20 +250,28 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
 #pragma unroll
     for (int s = 0; s < Cfg::kKSteps; ++s) {
       const int base = (s / 2) * 8 + (s % 2) * 4;
-      qb[s][0] = pack_f16x2(qv[base], qv[base + 1]);
-      qb[s][1] = pack_f16x2(qv[base + 2], qv[base + 3]);
+      qb[nc][s][0] = pack_f16x2(qv[base], qv[base + 1]);
+      qb[nc][s][1] = pack_f16x2(qv[base + 2], qv[base + 3]);
     }
-    head_scale[0] = __shfl_sync(0xffffffffu, my_scale, 4 * (2 * tig));  // lane of gid = 2 tig
-    head_scale[1] = __shfl_sync(0xffffffffu, my_scale, 4 * (2 * tig + 1));
+    head_scale[nc][0] = __shfl_sync(0xffffffffu, my_scale, 4 * (2 * tig));  // lane of gid = 2 tig
+    head_scale[nc][1] = __shfl_sync(0xffffffffu, my_scale, 4 * (2 * tig + 1));
   }
 
-  float acc[Cfg::kMTiles][4];  // rows d, columns heads 2 tig, 2 tig + 1
+  float acc[NC][Cfg::kMTiles][4];  // rows d, columns heads 8 nc + 2 tig, 8 nc + 2 tig + 1
 #pragma unroll
-  for (int j = 0; j < Cfg::kMTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int nc = 0; nc < NC; ++nc)
+#pragma unroll
+    for (int j = 0; j < Cfg::kMTiles; ++j) acc[nc][j][0] = acc[nc][j][1] = acc[nc][j][2] = acc[nc][j][3] = 0.f;
   // Finite start (not -inf): exp2(start - m) is then 0 or 1, never NaN, even for fully masked rows.
-  float run_m[2] = {-FLT_MAX, -FLT_MAX};  // max score (log2 domain) per head column
-  float run_M[2] = {-FLT_MAX, -FLT_MAX};  // max of score + log2(s_v)
-  float run_l[2] = {0.f, 0.f};            // this thread's part of sum 2^(score - m)
+  float run_m[NC][2];  // max score (log2 domain) per head column
+  float run_M[NC][2];  // max of score + log2(s_v)
+  float run_l[NC][2];  // this thread's part of sum 2^(score - m)
+#pragma unroll
+  for (int nc = 0; nc < NC; ++nc) {
+    run_m[nc][0] = run_m[nc][1] = -FLT_MAX;
+    run_M[nc][0] = run_M[nc][1] = -FLT_MAX;
+    run_l[nc][0] = run_l[nc][1] = 0.f;
+  }
 
   DECODE_STAMP(2);
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -294,11 +307,12 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
     }
 
     // ---- S^T for 2 blocks of 16 tokens: rows gid, gid + 8 = tokens; columns = heads 2 tig, 2 tig + 1
-    float sc[2][4];
+    float sc[NC][2][4];
     float lv[2][2];  // log2 of the V row scale of tokens gid, gid + 8
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      sc[u][0] = sc[u][1] = sc[u][2] = sc[u][3] = 0.f;
+#pragma unroll
+      for (int nc = 0; nc < NC; ++nc) sc[nc][u][0] = sc[nc][u][1] = sc[nc][u][2] = sc[nc][u][3] = 0.f;
       uint32_t words[2][Cfg::kKWords];
       uint32_t scales[2];
 #pragma unroll
@@ -328,8 +342,11 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
 #pragma unroll
           for (int j = 0; j < 4; ++j) a[r][j] = hmul2(f[j], s2);
         }
-        mma_f16(sc[u], a[0][0], a[1][0], a[0][1], a[1][1], qb[2 * i][0], qb[2 * i][1]);
-        mma_f16(sc[u], a[0][2], a[1][2], a[0][3], a[1][3], qb[2 * i + 1][0], qb[2 * i + 1][1]);
+#pragma unroll
+        for (int nc = 0; nc < NC; ++nc) {
+          mma_f16(sc[nc][u], a[0][0], a[1][0], a[0][1], a[1][1], qb[nc][2 * i][0], qb[nc][2 * i][1]);
+          mma_f16(sc[nc][u], a[0][2], a[1][2], a[0][3], a[1][3], qb[nc][2 * i + 1][0], qb[nc][2 * i + 1][1]);
+        }
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -342,76 +359,93 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
           lv[u][r] = valid ? __log2f(v_scale[Cfg::scale_row(tok, h_local)]) : -CUDART_INF_F;
         }
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float s = sc[u][2 * r + c] * ks * head_scale[c];
-          sc[u][2 * r + c] = valid ? s : -CUDART_INF_F;
-        }
+        for (int nc = 0; nc < NC; ++nc)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float s = sc[nc][u][2 * r + c] * ks * head_scale[nc][c];
+            sc[nc][u][2 * r + c] = valid ? s : -CUDART_INF_F;
+          }
       }
     }
 
     // ---- online softmax per head column over the warp's 32 tokens
-    float beta[2] = {1.f, 1.f};
+    float beta[NC][2];
+#pragma unroll
+    for (int nc = 0; nc < NC; ++nc) beta[nc][0] = beta[nc][1] = 1.f;
     bool rescale = true;  // eager: every tile; lazy: only when a column's max grew by > kLazyLog2
-    uint32_t pb[2][2];  // P^T B fragments per 16-token block: b0 (tokens 2 tig, +1), b1 (8 + 2 tig, +1)
+    uint32_t pb[NC][2][2];  // P^T B fragments per 16-token block: b0 (tokens 2 tig, +1), b1 (8 + 2 tig, +1)
     {
-      float mx[2], Mx[2];  // this tile's column maxima of s and of s + log2 sv
+      float mx[NC][2], Mx[NC][2];  // this tile's column maxima of s and of s + log2 sv
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        mx[c] = -FLT_MAX;
-        Mx[c] = -FLT_MAX;
+      for (int nc = 0; nc < NC; ++nc)
 #pragma unroll
-        for (int u = 0; u < 2; ++u)
+        for (int c = 0; c < 2; ++c) {
+          mx[nc][c] = -FLT_MAX;
+          Mx[nc][c] = -FLT_MAX;
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            mx[c] = fmaxf(mx[c], sc[u][2 * r + c]);
-            Mx[c] = fmaxf(Mx[c], sc[u][2 * r + c] + lv[u][r]);
-          }
-        mx[c] = column_max(mx[c]);
-        Mx[c] = column_max(Mx[c]);
-      }
+          for (int u = 0; u < 2; ++u)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              mx[nc][c] = fmaxf(mx[nc][c], sc[nc][u][2 * r + c]);
+              Mx[nc][c] = fmaxf(Mx[nc][c], sc[nc][u][2 * r + c] + lv[u][r]);
+            }
+          mx[nc][c] = column_max(mx[nc][c]);
+          Mx[nc][c] = column_max(Mx[nc][c]);
+        }
       if constexpr (kLean) {
-        const bool grew = mx[0] > run_m[0] + kLazyLog2 || mx[1] > run_m[1] + kLazyLog2 ||
-                          Mx[0] > run_M[0] + kLazyLog2 || Mx[1] > run_M[1] + kLazyLog2;
+        bool grew = mx[0][0] > run_m[0][0] + kLazyLog2 || mx[0][1] > run_m[0][1] + kLazyLog2 ||
+                    Mx[0][0] > run_M[0][0] + kLazyLog2 || Mx[0][1] > run_M[0][1] + kLazyLog2;
+#pragma unroll
+        for (int nc = 1; nc < NC; ++nc)
+          grew = grew || mx[nc][0] > run_m[nc][0] + kLazyLog2 || mx[nc][1] > run_m[nc][1] + kLazyLog2 ||
+                 Mx[nc][0] > run_M[nc][0] + kLazyLog2 || Mx[nc][1] > run_M[nc][1] + kLazyLog2;
         rescale = __any_sync(0xffffffffu, grew);  // warp-uniform branch
       }
       if (rescale) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float m_new = fmaxf(run_m[c], mx[c]);
-          const float M_new = fmaxf(run_M[c], Mx[c]);
-          run_l[c] *= fast_exp2(run_m[c] - m_new);
-          beta[c] = fast_exp2(run_M[c] - M_new);
-          run_m[c] = m_new;
-          run_M[c] = M_new;
-        }
-      }
-      float w[2][4];  // numerator weights 2^(s + log2 sv - M)
+        for (int nc = 0; nc < NC; ++nc)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        float sum = 0.f;
-#pragma unroll
-        for (int u = 0; u < 2; ++u)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            sum += fast_exp2(sc[u][2 * r + c] - run_m[c]);
-            w[u][2 * r + c] = fast_exp2(sc[u][2 * r + c] + lv[u][r] - run_M[c]);
+          for (int c = 0; c < 2; ++c) {
+            const float m_new = fmaxf(run_m[nc][c], mx[nc][c]);
+            const float M_new = fmaxf(run_M[nc][c], Mx[nc][c]);
+            run_l[nc][c] *= fast_exp2(run_m[nc][c] - m_new);
+            beta[nc][c] = fast_exp2(run_M[nc][c] - M_new);
+            run_m[nc][c] = m_new;
+            run_M[nc][c] = M_new;
           }
-        run_l[c] += sum;
       }
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        pb[u][0] = movmatrix_trans(pack_f16x2(w[u][0], w[u][1]));  // token rows gid -> k 2 tig, 2 tig + 1
-        pb[u][1] = movmatrix_trans(pack_f16x2(w[u][2], w[u][3]));  // token rows gid + 8 -> k 8 + 2 tig, +1
+      for (int nc = 0; nc < NC; ++nc) {
+        float w[2][4];  // numerator weights 2^(s + log2 sv - M)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float sum = 0.f;
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              sum += fast_exp2(sc[nc][u][2 * r + c] - run_m[nc][c]);
+              w[u][2 * r + c] = fast_exp2(sc[nc][u][2 * r + c] + lv[u][r] - run_M[nc][c]);
+            }
+          run_l[nc][c] += sum;
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          pb[nc][u][0] = movmatrix_trans(pack_f16x2(w[u][0], w[u][1]));  // token rows gid -> k 2 tig, 2 tig + 1
+          pb[nc][u][1] = movmatrix_trans(pack_f16x2(w[u][2], w[u][3]));  // token rows gid + 8 -> k 8 + 2 tig, +1
+        }
       }
     }
     if (rescale) {
 #pragma unroll
-      for (int j = 0; j < Cfg::kMTiles; ++j) {
-        acc[j][0] *= beta[0];
-        acc[j][1] *= beta[1];
-        acc[j][2] *= beta[0];
-        acc[j][3] *= beta[1];
-      }
+      for (int nc = 0; nc < NC; ++nc)
+#pragma unroll
+        for (int j = 0; j < Cfg::kMTiles; ++j) {
+          acc[nc][j][0] *= beta[nc][0];
+          acc[nc][j][1] *= beta[nc][1];
+          acc[nc][j][2] *= beta[nc][0];
+          acc[nc][j][3] *= beta[nc][1];
+        }
     }
 
     // ---- O^T += V^T P^T: thread gid owns d in [(D/8) gid, (D/8)(gid + 1)) of tokens 2 tig, 2 tig + 1,
@@ -451,9 +485,12 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
           kv_codes::fields(__byte_perm(vw[2 * pr][wi], vw[2 * pr + 1][wi], 0x7632u), f[pr][1]);
         }
 #pragma unroll
-        for (int j = 0; j < 4; ++j)  // m-tile: row gid = element 2j of the word, row gid + 8 = element 2j + 1
-          mma_f16(acc[wi * 4 + j], hmul2(f[0][0][j], vscale[0]), hmul2(f[0][1][j], vscale[0]),
-                  hmul2(f[1][0][j], vscale[1]), hmul2(f[1][1][j], vscale[1]), pb[u][0], pb[u][1]);
+        for (int j = 0; j < 4; ++j) {  // m-tile: row gid = element 2j of the word, row gid + 8 = element 2j + 1
+          const uint32_t a0 = hmul2(f[0][0][j], vscale[0]), a1 = hmul2(f[0][1][j], vscale[0]);
+          const uint32_t a2 = hmul2(f[1][0][j], vscale[1]), a3 = hmul2(f[1][1][j], vscale[1]);
+#pragma unroll
+          for (int nc = 0; nc < NC; ++nc) mma_f16(acc[nc][wi * 4 + j], a0, a1, a2, a3, pb[nc][u][0], pb[nc][u][1]);
+        }
       }
     }
     __syncthreads();  // the stage is refilled next iteration
@@ -462,66 +499,72 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   __syncthreads();
   DECODE_STAMP(4);
 
-  // ---- merge the warps: per head (m, l, M) and acc [8 heads][D]
+  // ---- merge the warps: per head (m, l, M) and acc [8 heads][D], one column block of 8 heads at a time
   float* red = reinterpret_cast<float*>(smem);
   float* stats = red + Cfg::kWarps * 8 * D;  // [warps][3][8]
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const float l = column_sum(run_l[c]);
-    const int h = 2 * tig + c;
-    if (gid == 0) {
-      stats[(warp * 3 + 0) * 8 + h] = run_m[c];
-      stats[(warp * 3 + 1) * 8 + h] = l;
-      stats[(warp * 3 + 2) * 8 + h] = run_M[c];
-    }
+  for (int nc = 0; nc < NC; ++nc) {
+    if (nc > 0) __syncthreads();  // the previous block's outputs have read red and stats
 #pragma unroll
-    for (int wi = 0; wi < Cfg::kVWords; ++wi)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int d = gid * (D / 8) + wi * 8 + 2 * j;
-        red[(warp * 8 + h) * D + d] = acc[wi * 4 + j][c];
-        red[(warp * 8 + h) * D + d + 1] = acc[wi * 4 + j][2 + c];
+    for (int c = 0; c < 2; ++c) {
+      const float l = column_sum(run_l[nc][c]);
+      const int h = 2 * tig + c;
+      if (gid == 0) {
+        stats[(warp * 3 + 0) * 8 + h] = run_m[nc][c];
+        stats[(warp * 3 + 1) * 8 + h] = l;
+        stats[(warp * 3 + 2) * 8 + h] = run_M[nc][c];
       }
-  }
-  __syncthreads();
-  DECODE_STAMP(6);
-  // outputs (kv head hl of the CTA, q head h of its G, kVec consecutive d): the kWarpsPerHead warps of head hl
-  // merge. kVec elements per thread: 16-byte shared loads and stores, and the head's weights once per kVec. One element
-  // per thread took 5.3 us per CTA on the H200 against 2.2 (docs/kv_cache.md, "A decode CTA's start and end").
-  constexpr int kVec = 8;  // store_split_output8
-  for (int idx = threadIdx.x; idx < Cfg::kKvHeadsPerCta * G * D / kVec; idx += Cfg::kThreads) {
-    const int hl = Cfg::kKvHeadsPerCta == 1 ? 0 : idx / (G * D / kVec);
-    const int h = (idx - hl * G * D / kVec) / (D / kVec);
-    const int d = kVec * (idx - hl * G * D / kVec - h * (D / kVec));
-    const int w0 = hl * Cfg::kWarpsPerHead;
-    float m = -FLT_MAX, M = -FLT_MAX;
 #pragma unroll
-    for (int w = w0; w < w0 + Cfg::kWarpsPerHead; ++w) {
-      m = fmaxf(m, stats[(w * 3 + 0) * 8 + h]);
-      M = fmaxf(M, stats[(w * 3 + 2) * 8 + h]);
+      for (int wi = 0; wi < Cfg::kVWords; ++wi)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int d = gid * (D / 8) + wi * 8 + 2 * j;
+          red[(warp * 8 + h) * D + d] = acc[nc][wi * 4 + j][c];
+          red[(warp * 8 + h) * D + d + 1] = acc[nc][wi * 4 + j][2 + c];
+        }
     }
-    float l = 0.f, o[kVec];
+    __syncthreads();
+    if (nc == 0) DECODE_STAMP(6);
+    // outputs (kv head hl of the CTA, q head h of this block's GB, kVec consecutive d): the kWarpsPerHead warps of
+    // head hl merge. kVec elements per thread: 16-byte shared loads and stores, and the head's weights once per kVec.
+    // One element per thread took 5.3 us per CTA on the H200 against 2.2 (docs/kv_cache.md, "A decode CTA's start and
+    // end").
+    constexpr int kVec = 8;  // store_split_output8
+    const int GB = G - 8 * nc < 8 ? G - 8 * nc : 8;  // q heads of column block nc
+    for (int idx = threadIdx.x; idx < Cfg::kKvHeadsPerCta * GB * D / kVec; idx += Cfg::kThreads) {
+      const int hl = Cfg::kKvHeadsPerCta == 1 ? 0 : idx / (GB * D / kVec);
+      const int h = (idx - hl * GB * D / kVec) / (D / kVec);
+      const int d = kVec * (idx - hl * GB * D / kVec - h * (D / kVec));
+      const int w0 = hl * Cfg::kWarpsPerHead;
+      float m = -FLT_MAX, M = -FLT_MAX;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) o[j] = 0.f;
-#pragma unroll
-    for (int w = w0; w < w0 + Cfg::kWarpsPerHead; ++w) {
-      l += exp2f(stats[(w * 3 + 0) * 8 + h] - m) * stats[(w * 3 + 1) * 8 + h];
-      const float weight = exp2f(stats[(w * 3 + 2) * 8 + h] - M);
-#pragma unroll
-      for (int q4 = 0; q4 < kVec / 4; ++q4) {
-        const float4 r = *reinterpret_cast<const float4*>(red + (w * 8 + h) * D + d + 4 * q4);
-        o[4 * q4 + 0] += weight * r.x;
-        o[4 * q4 + 1] += weight * r.y;
-        o[4 * q4 + 2] += weight * r.z;
-        o[4 * q4 + 3] += weight * r.w;
+      for (int w = w0; w < w0 + Cfg::kWarpsPerHead; ++w) {
+        m = fmaxf(m, stats[(w * 3 + 0) * 8 + h]);
+        M = fmaxf(M, stats[(w * 3 + 2) * 8 + h]);
       }
-    }
-    const float scale = exp2f(M - m);
+      float l = 0.f, o[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) o[j] = l > 0.f ? kv_codes::kValueFold * o[j] * scale / l : 0.f;  // V: value / kValueFold
-    const int out_head0 = Cfg::kKvHeadsPerCta == 1 ? head0 : hl * Cfg::GROUP + head_group * G;
-    const int64_t bh = static_cast<int64_t>(b) * hq + out_head0 + h;
-    store_split_output8<D>(p, bh, d, split, num_splits, o, m, l);
+      for (int j = 0; j < kVec; ++j) o[j] = 0.f;
+#pragma unroll
+      for (int w = w0; w < w0 + Cfg::kWarpsPerHead; ++w) {
+        l += exp2f(stats[(w * 3 + 0) * 8 + h] - m) * stats[(w * 3 + 1) * 8 + h];
+        const float weight = exp2f(stats[(w * 3 + 2) * 8 + h] - M);
+#pragma unroll
+        for (int q4 = 0; q4 < kVec / 4; ++q4) {
+          const float4 r = *reinterpret_cast<const float4*>(red + (w * 8 + h) * D + d + 4 * q4);
+          o[4 * q4 + 0] += weight * r.x;
+          o[4 * q4 + 1] += weight * r.y;
+          o[4 * q4 + 2] += weight * r.z;
+          o[4 * q4 + 3] += weight * r.w;
+        }
+      }
+      const float scale = exp2f(M - m);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) o[j] = l > 0.f ? kv_codes::kValueFold * o[j] * scale / l : 0.f;  // V / kValueFold
+      const int out_head0 = Cfg::kKvHeadsPerCta == 1 ? head0 : hl * Cfg::GROUP + head_group * G;
+      const int64_t bh = static_cast<int64_t>(b) * hq + out_head0 + 8 * nc + h;
+      store_split_output8<D>(p, bh, d, split, num_splits, o, m, l);
+    }
   }
   DECODE_STAMP(5);
 }

@@ -13,6 +13,11 @@
 // same operands, MMAs, online softmax and per-head merge, so the results are those of mma2 up to
 // the FP32 summation order of the warps' partial sums.
 //
+// "mma4l_c16" (HEADS_PER_CTA 9..16, GQA groups above 8): two blocks of 8 MMA columns, each dequantized K / V
+// fragment feeding both, so the group's q heads read each K/V byte once (mma4l takes such a group in two CTAs, each
+// reading and dequantizing every byte). Twice the per-column registers (~180 at D 128: one CTA of 8 warps per SM),
+// hence 4 stages by default; the end-of-CTA merge runs once per column block.
+//
 // Shared memory of a stage: codes [TT][Hkv][D/2], block scales [TT][Hkv][D/16], row scales
 // [TT][Hkv], for K and V, as in the cache, then the stage's mbarrier. Runs past the split's end are
 // not copied (their page-table entries may be anything); positions past the end inside the last run
@@ -35,7 +40,7 @@ struct DecodeAttentionMma4Config : KvStageLayout<32 * WARPS_PER_HEAD_ * HKV_, D_
   static constexpr int D = D_;
   static constexpr int HKV = HKV_;
   static constexpr int GROUP = GROUP_;
-  static constexpr int G = HEADS_PER_CTA_;  // q heads of each kv head per CTA: MMA columns (<= 8)
+  static constexpr int G = HEADS_PER_CTA_;  // q heads of each kv head per CTA: MMA columns (<= 16: two n8 blocks)
   static constexpr int kHeadGroups = GROUP / G;
   static constexpr int P = PAGE_;
   static constexpr int kWarpsPerHead = WARPS_PER_HEAD_;
@@ -62,7 +67,7 @@ struct DecodeAttentionMma4Config : KvStageLayout<32 * WARPS_PER_HEAD_ * HKV_, D_
   static constexpr int kRun = P < TT ? P : TT;
   static constexpr int kRuns = TT / kRun;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static_assert(G >= 1 && G <= 8 && GROUP % G == 0, "up to 8 q heads per kv head and CTA (the N of one MMA)");
+  static_assert(G >= 1 && G <= 16 && GROUP % G == 0, "up to 16 q heads per kv head and CTA (two n8 MMA blocks)");
   static_assert(P % 16 == 0 && (TT % P == 0 || P % TT == 0), "pages of 16k tokens, aligned with the tiles");
   static_assert(kThreads <= 1024, "at most 1024 threads per CTA");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");

@@ -31,24 +31,34 @@ PAGE_SIZES = (16,)  # AOT set; any positive page size renders
 #   "mma2_w<W>s<S>[b<N>][h<H>]"  NVFP4: tokens as MMA rows, one kv head per CTA, W warps of 32 tokens, S cp.async
 #           stages, optional __launch_bounds__ min blocks N and H q heads per CTA (attention_decode_mma2.cuh); the
 #           fallback of the shapes mma4l does not take is mma2_w2s2
-#   "mma4l[_w<W>s<S>[b<N>]]"  NVFP4: mma2's tile body with every kv head of a (sequence, split) in one CTA and lazy
-#           softmax rescaling (attention_decode_mma4.cuh), the default
+#   "mma4l[_w<W>s<S>[b<N>]][_c16]"  NVFP4: mma2's tile body with every kv head of a (sequence, split) in one CTA and
+#           lazy softmax rescaling (attention_decode_mma4.cuh), the default; _c16: up to 16 q heads per kv head in one
+#           CTA (two n8 MMA column blocks sharing each dequantized fragment), for GQA groups above 8
 MMA_MAX_HEADS_PER_CTA = 16  # the M rows of one m16n8k16 MMA
 MMA2_MAX_HEADS_PER_CTA = 8  # the N columns of one m16n8k16 MMA (tokens are the M rows)
+MMA4_WIDE_HEADS_PER_CTA = 16  # mma4l_c16: two MMA column blocks
 MMA2_CONFIG = re.compile(r"^mma2_w(\d+)s(\d+)(?:b(\d+))?(?:h(\d+))?$")
 MMA2_WARP_CHOICES = (1, 2, 4)
 MMA2_STAGE_CHOICES = (2, 3, 4)
 SMEM_STATIC_LIMIT = 48 * 1024  # mma2's shared memory is static
 # "mma4l" = 2 warps (64 tokens) per kv head, 2 stages; "mma4l_w<warps per kv head>s<stages>[b<min blocks>]" the other
 # configurations. Dynamic shared memory. Without b<N>, min blocks = 16 warps / warps per CTA (at least 1): <= 128
-# registers, what mma2's tile body needs without spills.
-MMA4_CONFIG = re.compile(r"^mma4l(?:_w(\d+)s(\d+)(?:b(\d+))?)?$")
-MMA4_DEFAULT = {"warps_per_head": 2, "stages": 2, "min_blocks": 0}  # min_blocks 0: 16 warps per SM
+# registers, what mma2's tile body needs without spills; _c16 (twice the per-column registers: ~170 at D 128) 8 warps /
+# warps per CTA.
+MMA4_CONFIG = re.compile(r"^mma4l(?:_w(\d+)s(\d+)(?:b(\d+))?)?(_c16)?$")
+MMA4_DEFAULT = {"warps_per_head": 2, "stages": 2, "min_blocks": 0}  # min_blocks 0: 16 warps per SM (c16: 8)
+# "mma4l_c16": one CTA of 8 warps per SM at D 128 (~180 registers), so 4 stages keep as many bytes in flight per SM as
+# mma4l's two CTAs of 2 stages; 2 warps per kv head up to 4 kv heads, 1 beyond (16 warps would spill at 128 registers)
+MMA4_WIDE_DEFAULT = {"stages": 4, "min_blocks": 0, "max_warps": 8}
 MMA4_MAX_SMEM = 227 * 1024  # per CTA on sm_90
 # The configurations the GPU tests run besides the defaults (the occupancy sweeps of 2026-11-29 and 2026-12-02 chose
 # mma2_w2s2 and mma4l; docs/kv_cache.md) and the (Hq, Hkv, D, P) they are built for
 CONFIG_TEST_VARIANTS = ("mma2_w1s2", "mma2_w4s2", "mma4l_w1s2", "mma4l_w4s2", "mma4l_w1s3")
 CONFIG_TEST_SHAPES = ((32, 4, 128, 16), (64, 4, 128, 16), (8, 1, 64, 64))
+# mma4l_c16 (GQA groups above 8 in one CTA per kv head; not a default: no GPU has run it yet) and the (Hq, Hkv, D, P)
+# the GPU tests build it for: Qwen3-235B-A22B's GQA 16, GLM-4.5's GQA 12 at D 128 and at D 64 with 64-token pages
+WIDE_TEST_VARIANTS = ("mma4l_c16", "mma4l_w1s4_c16", "mma4l_w1s2_c16")
+WIDE_TEST_SHAPES = ((64, 4, 128, 16), (96, 8, 128, 16), (24, 2, 64, 64))
 
 
 def mma2_config(variant: str) -> dict | None:
@@ -68,18 +78,22 @@ def mma2_config(variant: str) -> dict | None:
 
 
 def mma4_config(variant: str) -> dict | None:
-    """{"warps_per_head", "stages", "min_blocks"} of an mma4l variant (None for the others)."""
+    """{"warps_per_head", "stages", "min_blocks", "columns"} of an mma4l variant (None for the others; columns: the most
+    q heads per kv head a CTA takes, 8 or, _c16, 16)."""
     m = MMA4_CONFIG.match(variant)
     if m is None:
         return None
-    warps, stages, min_blocks = m.groups()
-    if warps is None:
-        cfg = dict(MMA4_DEFAULT)
-    else:
+    warps, stages, min_blocks, wide = m.groups()
+    if warps is not None:
         cfg = {"warps_per_head": int(warps), "stages": int(stages), "min_blocks": int(min_blocks or 0)}
-    if cfg["warps_per_head"] not in (1, 2, 4) or not 2 <= cfg["stages"] <= 4 or not 0 <= cfg["min_blocks"] <= 32:
-        raise ValueError(f"{NAME}: variant {variant!r}: warps per kv head must be 1, 2 or 4, stages 2..4 and min "
-                         f"blocks 0..32")
+        if cfg["warps_per_head"] not in (1, 2, 4) or not 2 <= cfg["stages"] <= 4 or not 0 <= cfg["min_blocks"] <= 32:
+            raise ValueError(f"{NAME}: variant {variant!r}: warps per kv head must be 1, 2 or 4, stages 2..4 and min "
+                             f"blocks 0..32")
+    elif wide:  # warps per kv head 0: chosen by _mma4_tiling from the kv heads
+        cfg = {"warps_per_head": 0, **{key: MMA4_WIDE_DEFAULT[key] for key in ("stages", "min_blocks")}}
+    else:
+        cfg = dict(MMA4_DEFAULT)
+    cfg["columns"] = MMA4_WIDE_HEADS_PER_CTA if wide else MMA2_MAX_HEADS_PER_CTA
     return cfg
 
 
@@ -138,13 +152,18 @@ def _mma2_tiling(config: dict, group: int, kv_heads: int, head_dim: int, variant
 
 
 def _mma4_tiling(config: dict, group: int, kv_heads: int, head_dim: int, page_size: int, variant: str) -> dict:
-    heads = heads_per_cta(group, MMA2_MAX_HEADS_PER_CTA)  # mma2's tile body per kv head
+    if config["columns"] > MMA2_MAX_HEADS_PER_CTA and group <= MMA2_MAX_HEADS_PER_CTA:
+        raise ValueError(f"{NAME}: variant {variant!r} is for GQA groups above {MMA2_MAX_HEADS_PER_CTA} (got "
+                         f"{group}); groups up to {MMA2_MAX_HEADS_PER_CTA} fit one MMA column block: use mma4l")
+    heads = heads_per_cta(group, config["columns"])  # mma2's tile body per kv head, 1 or 2 column blocks
+    if not config["warps_per_head"]:  # mma4l_c16's default: 2 warps per kv head while the CTA has at most 8 warps
+        config["warps_per_head"] = 2 if 2 * kv_heads <= MMA4_WIDE_DEFAULT["max_warps"] else 1
     tile_tokens = 32 * config["warps_per_head"]
     if page_size % 16 or (tile_tokens % page_size and page_size % tile_tokens):
         raise ValueError(f"{NAME}: variant {variant!r} copies whole page runs: the page size must be a multiple of "
                          f"16 that divides or is divided by the {tile_tokens}-token tile, got {page_size}")
     warps = kv_heads * config["warps_per_head"]
-    config["min_blocks"] = config["min_blocks"] or max(1, 16 // warps)
+    config["min_blocks"] = config["min_blocks"] or max(1, (16 if heads <= MMA2_MAX_HEADS_PER_CTA else 8) // warps)
     if warps > 32:
         raise ValueError(f"{NAME}: variant {variant!r} needs {warps} warps per CTA for {kv_heads} kv heads (max 32)")
     smem = max(config["stages"] * mma4_stage_bytes(head_dim, kv_heads, tile_tokens), 4 * warps * (8 * head_dim + 24))
