@@ -136,7 +136,7 @@ def kernel_specs() -> list:
     specs += [decode_attention.spec("nvfp4", *shape, v) for shape in decode_attention.CONFIG_TEST_SHAPES
               for v in decode_attention.CONFIG_TEST_VARIANTS]
     specs += [decode_attention.spec("nvfp4", *shape, v) for shape in decode_attention.WIDE_TEST_SHAPES
-              for v in decode_attention.WIDE_TEST_VARIANTS]
+              for v in (*decode_attention.WIDE_TEST_VARIANTS, "mma4l")]  # mma4l: what the wide tests compare with
     specs += [decode_attention.combine_spec(d) for d in (64, 128)]
     specs += [kv_codegen.spec(f, hkv, d) for f in ("nvfp4", "bf16") for hkv, d in APPEND_SHAPES]
     specs += [kv_codegen.spec("nvfp4", hkv, d, v) for hkv, d in APPEND_SHAPES for v in APPEND_VARIANTS

@@ -43,7 +43,7 @@ MMA2_STAGE_CHOICES = (2, 3, 4)
 SMEM_STATIC_LIMIT = 48 * 1024  # mma2's shared memory is static
 # "mma4l" = 2 warps (64 tokens) per kv head, 2 stages; "mma4l_w<warps per kv head>s<stages>[b<min blocks>]" the other
 # configurations. Dynamic shared memory. Without b<N>, min blocks = 16 warps / warps per CTA (at least 1): <= 128
-# registers, what mma2's tile body needs without spills; _c16 (twice the per-column registers: ~170 at D 128) 8 warps /
+# registers, what mma2's tile body needs without spills; _c16 (twice the per-column registers: ~180 at D 128) 8 warps /
 # warps per CTA.
 MMA4_CONFIG = re.compile(r"^mma4l(?:_w(\d+)s(\d+)(?:b(\d+))?)?(_c16)?$")
 MMA4_DEFAULT = {"warps_per_head": 2, "stages": 2, "min_blocks": 0}  # min_blocks 0: 16 warps per SM (c16: 8)
