@@ -31,7 +31,7 @@ import sys
 
 import torch
 
-from trace_kernels import moe_gemm as ops
+from trace_kernels import env, moe_gemm as ops
 from trace_kernels import shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_layout import CODE_RECORD_BYTES, SCALE_RECORD_BYTES, MoEWeights
@@ -329,7 +329,9 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     report = {"gpu": torch.cuda.get_device_name(), "date": utc_now(),
               "commit": git_commit(), "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-              "torch": torch.__version__, "copy_bandwidth_bytes_per_s": bw, "reps": args.reps, "results": results}
+              "torch": torch.__version__, "copy_bandwidth_bytes_per_s": bw, "reps": args.reps,
+              "moe_tables": env.get("MOE_TABLES"),  # tuned tile tables auto's calls used (trace_kernels.moe_tables)
+              "results": results}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)

@@ -4,6 +4,7 @@ minutes on the GPU rather than on nvcc. A fresh checkout has none: the caches ar
     python profiling/prebuild_device_caches.py kv engine memory             # .tkcache: decode_ends.sh, issue3.sh
     python profiling/prebuild_device_caches.py --cache .tkcache_shapes kv other_shapes   # other_shapes.sh
     python profiling/prebuild_device_caches.py kv wide                                   # decode_wide.sh
+    python profiling/prebuild_device_caches.py --cache .tkcache_shapes other_shapes tuning  # moe_tuned_tables.sh
 
 Sets:
   kv            the KV GPU tests' and the attention benchmark's kernels (kv_testing.kernel_specs)
@@ -13,6 +14,8 @@ Sets:
   other_shapes  run_gpu_checks_other_shapes.sh's MoE auto tables (gpt-oss-120b's and Mixtral-8x7B's shapes, the
                 odd-chunk test shape) and the decode kernels it benchmarks at Llama 4's and GLM-4.5's heads
   wide          the decode kernels run_gpu_checks_decode_wide.sh benchmarks at GQA 16 and 12 (mma4l and mma4l_c16)
+  tuning        the MoE GEMMs of sweep_moe_gemm_tiles.py --tiles tuning at the other_shapes MoE shapes
+                (run_gpu_checks_moe_tuned_tables.sh)
 Afterwards only the newest entry of each kernel name stays (an edited header leaves the old key's entry behind) and the
 cache's size is printed: the device tool carries at most 64 MiB, the tree included. On this 2-core machine (nvcc
 13.0, 2026-12-05): kv 119 kernels in 48 s, engine 54 in 69 s, memory 141 in 69 s (26 MiB the three),
@@ -76,8 +79,20 @@ def other_shapes_specs() -> list:
     return specs + decode_specs(OTHER_DECODE_HEADS)
 
 
+def tuning_specs() -> list:
+    from sweep_moe_gemm_tiles import TUNING_TILES, explicit_tiles, shape_tiles  # profiling/ is the script's folder
+    from trace_kernels import shapes
+    from trace_kernels.codegen.ops import moe_gemm as codegen
+    kinds = ("gate_up_swiglu", "down_routed")
+    specs = []
+    for shape in (shapes.resolve(s) for s in OTHER_MOE_SHAPES):
+        for tile in shape_tiles(shape, explicit_tiles(TUNING_TILES), kinds):
+            specs += [codegen.gemm_spec(shape, codegen.launched_kind(kind, tile), tile) for kind in kinds]
+    return specs
+
+
 SETS = {"kv": kv_specs, "engine": engine_specs, "memory": memory_specs, "other_shapes": other_shapes_specs,
-        "wide": lambda: decode_specs(WIDE_DECODE_HEADS)}
+        "wide": lambda: decode_specs(WIDE_DECODE_HEADS), "tuning": tuning_specs}
 
 
 def keep_newest(root: Path) -> int:

@@ -3,6 +3,9 @@
     python profiling/sweep_moe_gemm_tiles.py --shape qwen3-30b-a3b --tokens 8,64,128,1024,16384 \
         --out profiling/results/moe_gemm_tile_sweep_h200.json
 
+With --write-tables FILE it also writes the fastest tile per token count and swept GEMM as a tuned tables file
+(trace_kernels.moe_tables): TRACE_KERNELS_MOE_TABLES=FILE then makes "auto" calls of that shape use it.
+
 Builds every candidate kernel first (in parallel), then times the fused gate_up and the down GEMM
 (+ combine) of each candidate as CUDA-graph replays, L2 flushed before each repetition, on one
 random routing per T. Candidates that do not fit (shared memory) are skipped with the reason.
@@ -20,10 +23,28 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from bench_moe_gemm import Timer, random_packed_weights  # profiling/ is the script's folder
-from trace_kernels import jit, moe_gemm as ops, shapes
+from trace_kernels import jit, moe_gemm as ops, moe_tables, shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import random_topk
+from trace_kernels.testing.provenance import git_commit, utc_now
+
+# --tiles tuning: the tiles of auto's bands (the ws tiles below 1/8 routed row per expert, the one-warpgroup and
+# weights-direct TN=8 tiles, the v1 rings, the prefill down GEMM's ws tile) and a stepped TN=64 ring, each v1 fused
+# gate_up quantized afterwards as auto's are: the candidates a tuned table for another shape picks from
+# (run_gpu_checks_moe_tuned_tables.sh)
+TUNING_TILES = ("tile_tokens=8,stages=5,min_blocks=3,warpgroups=1,variant=ws,chunks_per_stage=2;"
+                "tile_tokens=8,stages=5,min_blocks=2,warpgroups=2,variant=ws,chunks_per_stage=2;"
+                "tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,quantize_after=1;"
+                "tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=3,quantize_after=1;"
+                "tile_tokens=8,stages=2,chunks_per_stage=4,fused_min_blocks=4,quantize_after=1;"
+                "tile_tokens=16,stages=2,chunks_per_stage=4,fused_min_blocks=4,n_step=8,quantize_after=1;"
+                "tile_tokens=32,stages=2,chunks_per_stage=4,fused_min_blocks=4,n_step=8,quantize_after=1;"
+                "tile_tokens=32,stages=3,chunks_per_stage=2,fused_min_blocks=4,n_step=8,quantize_after=1;"
+                "tile_tokens=64,stages=4,n_step=8,quantize_after=1;"
+                "tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1;"
+                "tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,variant=ws,m_tiles=2,quantize_after=1")
+
 
 def candidates(grid: dict, experts: int, k: int) -> list[codegen.TileConfig]:
     out = []
@@ -62,6 +83,21 @@ def explicit_tiles(text: str) -> list[codegen.TileConfig]:
     return tiles
 
 
+def shape_tiles(shape, listed: list[codegen.TileConfig], kinds: tuple[str, ...]) -> list[codegen.TileConfig]:
+    """The listed tiles that build for every swept GEMM of the shape (the others printed and skipped); a v1 ring whose
+    stages of chunks do not divide a K (odd chunk counts) as stages of one chunk, as auto runs it."""
+    tiles = []
+    for t in dict.fromkeys(codegen.fit_chunks(codegen.fit_chunks(t, shape.hidden), shape.intermediate)
+                           for t in listed):
+        try:  # e.g. chunks_per_stage=2 or overlap needs K multiples that a shape may not have
+            for kind in kinds:
+                codegen.gemm_spec(shape, codegen.launched_kind(kind, t), t)
+            tiles.append(t)
+        except ValueError as exc:
+            print(f"skip {t}: {exc}")
+    return tiles
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="qwen3-30b-a3b")
@@ -80,9 +116,13 @@ def main(argv=None) -> int:
                              "the table tile (untimed)")
     parser.add_argument("--tiles", default="",
                         help="explicit TileConfig fields instead of the grid, tiles separated by ';', e.g. "
-                             "'tile_tokens=32,stages=6,quantize_after=1;tile_tokens=32,stages=3,chunks_per_stage=2'")
+                             "'tile_tokens=32,stages=6,quantize_after=1;tile_tokens=32,stages=3,chunks_per_stage=2'; "
+                             "'tuning': TUNING_TILES")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
+    parser.add_argument("--write-tables", default="", metavar="FILE",
+                        help="also write the fastest tile per token count as a tuned tables file (one entry per swept "
+                             "GEMM; trace_kernels.moe_tables)")
     args = parser.parse_args(argv)
     shape = shapes.resolve(args.shape)
     ints = lambda text: tuple(int(v) for v in text.split(","))  # noqa: E731
@@ -94,14 +134,9 @@ def main(argv=None) -> int:
     if not set(kinds) <= {"gate_up_swiglu", "down_routed"} or not kinds:
         parser.error(f"--kinds: gate_up_swiglu and/or down_routed, got {args.kinds!r}")
     sweep_gate_up = "gate_up_swiglu" in kinds
-    tiles = []
-    for t in explicit_tiles(args.tiles) if args.tiles else candidates(grid, shape.experts, shape.hidden):
-        try:  # e.g. chunks_per_stage=2 or overlap needs K multiples that a shape may not have
-            for kind in kinds:
-                codegen.gemm_spec(shape, codegen.launched_kind(kind, t), t)
-            tiles.append(t)
-        except ValueError as exc:
-            print(f"skip {t}: {exc}")
+    tile_text = TUNING_TILES if args.tiles == "tuning" else args.tiles
+    listed = explicit_tiles(tile_text) if tile_text else candidates(grid, shape.experts, shape.hidden)
+    tiles = shape_tiles(shape, listed, kinds)
     specs = [codegen.gemm_spec(shape, codegen.launched_kind(kind, t), t) for t in tiles for kind in kinds]
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(jit.build, specs))
@@ -138,6 +173,14 @@ def main(argv=None) -> int:
     with open(args.out, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "shape": shape.name, "command": " ".join(sys.argv),
                    "results": rows}, f, indent=1)
+    if args.write_tables:
+        timings = {"gate_up_swiglu": "gate_up_fused_ms", "down_routed": "down_ms"}
+        entries = [moe_tables.entry(kind, e, *codegen.gemm_dims(shape, kind),
+                                    moe_tables.best_rows(rows, timings[kind], e)) for kind in kinds]
+        moe_tables.write(args.write_tables, entries, {"gpu": torch.cuda.get_device_name(), "shape": shape.name,
+                                                      "date": utc_now(), "commit": git_commit(),
+                                                      "command": " ".join(sys.argv), "sweep": args.out})
+        print(f"tables for {', '.join(kinds)} -> {args.write_tables}")
     return 0
 
 

@@ -40,3 +40,23 @@ def test_shape_list_takes_presets_configs_and_custom_shapes():
     assert bench.shape_list(custom) == [custom]
     assert bench.shape_list(f"{custom}; E=8,H=4096,I=14336,k=2,hq=32,hkv=8,hd=128;") == [
         custom, "E=8,H=4096,I=14336,k=2,hq=32,hkv=8,hd=128"]
+
+
+def test_tuning_tiles_cover_auto_at_the_shapes_they_tune():
+    """sweep_moe_gemm_tiles.py --tiles tuning: at the other shapes the tiles that build (odd K-chunk counts as rings of
+    one chunk, as auto runs them) include every tile auto's tables pick there, so a tuned table is never worse than auto
+    in the sweep's own measurement, bar the down GEMM's short-K direct TN=16 tile of Qwen3-30B-A3B."""
+    from sweep_moe_gemm_tiles import TUNING_TILES, shape_tiles
+
+    from trace_kernels import shapes
+    kinds = ("gate_up_swiglu", "down_routed")
+    for name in ("qwen3-235b-a22b", "E=8,H=4096,I=14336,k=2,hq=32,hkv=8,hd=128",
+                 "E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64"):
+        shape = shapes.resolve(name)
+        tiles = shape_tiles(shape, explicit_tiles(TUNING_TILES), kinds)
+        assert len(set(tiles)) == len(tiles) >= 6, name
+        for tokens in (1, 2, 8, 32, 64, 128, 256, 1024, 4096, 16384):
+            for kind in kinds:
+                n, k = codegen.gemm_dims(shape, kind)
+                auto = codegen.tile_for_rows(tokens * shape.top_k, shape.experts, k=k, kind=kind, n=n)
+                assert auto in tiles or codegen.replace(auto, quantize_after=True) in tiles, (name, tokens, kind, auto)

@@ -40,6 +40,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("MOE_VARIANT", "auto", "MoE GEMM tile table for calls without tile=: auto (ws below 1/8 routed row "
                                 "per expert, v1 beyond), v1, ws or auto_qa (auto, every fused gate_up "
                                 "quantized by the quantize kernel after the GEMM)"),
+    Knob("MOE_TABLES", "", "tuned MoE tile tables (JSON files, separated by the path separator; "
+                           "trace_kernels.moe_tables, written by profiling/sweep_moe_gemm_tiles.py --write-tables): "
+                           "under MOE_VARIANT=auto a GEMM with an entry runs its table"),
     Knob("REFIT_VARIANT", "v9", "refit_weights kernel: v9 (quantizes with the previous refit's scales as a guess: one "
                                 "read of the weights when no expert's amax moved) or v2 (an amax pass, then a quantize "
                                 "pass: for buffers reused for unrelated weights); v1, v3..v8, v10, v11 for A/B runs"),

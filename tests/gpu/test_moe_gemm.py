@@ -178,6 +178,35 @@ def test_batch_invariance(name):
                 assert torch.equal(g, b), f"{what} differs at batch {batch}, tile {tile}"
 
 
+@pytest.mark.parametrize("tokens", [2, 300])
+def test_tuned_tables_run_their_tiles_and_keep_the_bits(tokens, tmp_path):
+    """A tuned tables file (trace_kernels.moe_tables) for the tiny shape: a call without tile= runs its tiles, and the
+    layer's h, codes and output equal auto's bit for bit (every tile sums each output in the same K order)."""
+    from trace_kernels import moe_tables
+    from trace_kernels.codegen.ops.moe_gemm import TileConfig
+    e, h, i, k = SHAPES["tiny"]
+    ws, tn32 = WS_TILE_TABLE[0][1], TileConfig(32, 3, chunks_per_stage=2)
+    path = tmp_path / "tables.json"
+    moe_tables.write(path, [moe_tables.entry("gate_up_swiglu", e, 2 * i, h, [(1.0, ws), (float("inf"), tn32)]),
+                            moe_tables.entry("down_routed", e, h, i, [(float("inf"), tn32)])], {"test": True})
+    p = problem("tiny", tokens, seed=tokens)
+    gen = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, h, generator=gen).to("cuda", torch.bfloat16)
+    ids = random_topk(tokens, e, k, gen).to("cuda")
+    w = torch.softmax(torch.randn(tokens, k, generator=gen), 1).to("cuda")
+    want = _pipeline(x, ids, w, p, None)
+    moe_tables.register(path)
+    try:
+        tuned_tile = tile_for_rows(tokens * k, e, k=h, kind="gate_up_swiglu", n=2 * i)
+        assert tuned_tile == (ws if tokens * k <= e else tn32)
+        assert tile_for_rows(tokens * k, e, k=i, kind="down_routed", n=h) == tn32
+        got = _pipeline(x, ids, w, p, None)
+    finally:
+        moe_tables.clear()
+    for g, b, what in zip(got, want, ("h", "codes", "y")):
+        assert torch.equal(g, b), what
+
+
 @pytest.mark.parametrize("tokens", [1, 8, 64, 300, 2048])
 def test_auto_tiles_at_odd_chunk_counts(tokens):
     """What a call without tile= launches at a shape outside the presets whose K chunks are odd in number

@@ -14,7 +14,8 @@ Variants (TileConfig.variant; bitwise identical outputs, tested):
   "auto" (the default) a table mixing both by regime: ws below 1/8 routed row per expert (the gate_up with
         one consumer warpgroup), v1 beyond (measured 2026-12-01 and since).
 Both variants dequantize the encoded weights (moe_encoding.py) with ALU operations (moe_dequant.cuh).
-DEFAULT_VARIANT (env TRACE_KERNELS_MOE_VARIANT: auto | v1 | ws) picks the table `tile_for_rows` uses.
+DEFAULT_VARIANT (env TRACE_KERNELS_MOE_VARIANT: auto | v1 | ws) picks the table `tile_for_rows` uses; under "auto",
+a tuned table of the call's GEMM (trace_kernels.moe_tables: TRACE_KERNELS_MOE_TABLES files) comes first.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from trace_kernels import moe_tables
 from trace_kernels.codegen.registry import OpCodegen, UnsupportedShape
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
 from trace_kernels.shapes import ModelShape
@@ -381,10 +383,16 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
 
     With the GEMM's K (and N) given, an "auto" ws tile that K cannot use (ws stages of 128 need
     K % 128 == 0), or whose warpgroups and m-tiles do not divide N, falls back to v1's tile for the same
-    rows per expert, so small and custom shapes keep working.
+    rows per expert, so small and custom shapes keep working. Under "auto", a tuned table registered for the GEMM
+    (kind, experts, N, K: trace_kernels.moe_tables) is used instead of auto's, its tiles as they are (checked when
+    loaded).
     """
     name = variant or DEFAULT_VARIANT
     average = num_rows / max(num_experts, 1)
+    if name == "auto" and kind is not None and k is not None and n is not None:
+        tuned = moe_tables.lookup(kind, num_experts, n, k)
+        if tuned is not None:
+            return _table_tile(tuned, average)
     tile = _table_tile(tile_table(name, kind, k), average)
     if k is None:
         return tile
@@ -610,9 +618,10 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
     for name in names:
         for kind in CALL_KINDS:
             n, k = gemm_dims(shape, kind)
-            for limit, tile in tile_table(name, kind, k):
-                fitted = auto_fallback(tile, k, limit, n, name != "auto_ns0") if name in AUTO_TABLES else \
-                    fit_chunks(tile, k)
+            tuned = moe_tables.lookup(kind, shape.experts, n, k) if name == "auto" else None
+            for limit, tile in tuned or tile_table(name, kind, k):
+                fitted = tile if tuned else auto_fallback(tile, k, limit, n, name != "auto_ns0") \
+                    if name in AUTO_TABLES else fit_chunks(tile, k)
                 spec = gemm_spec(shape, launched_kind(kind, fitted), fitted)
                 specs.setdefault(spec.name, spec)
     return list(specs.values()) + [combine_spec(shape)]
