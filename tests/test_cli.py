@@ -23,11 +23,31 @@ def test_help_runs_as_module():
 
 def test_list(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRACE_KERNELS_MOE_TABLES", raising=False)
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
     assert "qwen3-235b-a22b" in out and "nvfp4_quantize_bf16_v2_d2048_sm90a" in out and "cached kernels" in out
+    assert "tuned MoE tile tables (TRACE_KERNELS_MOE_TABLES): none" in out
     assert cli.main(["list", "--env"]) == 0
     assert "TRACE_KERNELS_CACHE_DIR=" in capsys.readouterr().out
+
+
+def test_list_names_the_tuned_tables(capsys, monkeypatch, tmp_path):
+    from trace_kernels import moe_tables
+    from trace_kernels.codegen.ops.moe_gemm import TileConfig
+    path = tmp_path / "tables.json"
+    moe_tables.write(path, [moe_tables.entry("down_routed", 8, 256, 128, [(2.0, TileConfig(8, 2)),
+                                                                          (float("inf"), TileConfig(32, 2))])], {})
+    monkeypatch.setenv("TRACE_KERNELS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACE_KERNELS_MOE_TABLES", str(path))
+    moe_tables.clear()
+    try:
+        assert cli.main(["list"]) == 0
+    finally:
+        moe_tables.clear()
+    out = capsys.readouterr().out
+    assert f"tuned MoE tile tables (TRACE_KERNELS_MOE_TABLES): 1\n  down_routed E=8 N=256 K=128: 2 bands, from {path}" \
+        in out
 
 
 def test_generate_preset_then_nothing_changes(tmp_path, capsys):

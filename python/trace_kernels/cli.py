@@ -91,6 +91,11 @@ def cmd_list(args) -> int:
     print("ops:")
     for op in codegen.all_ops().values():
         print(f"  {op.name}: {op.description}")
+    from trace_kernels import moe_tables
+    tuned = moe_tables.registered()
+    print(f"tuned MoE tile tables ({env.PREFIX}MOE_TABLES): {len(tuned) or 'none'}")
+    for (kind, experts, n, k), source, table in tuned:
+        print(f"  {kind} E={experts} N={n} K={k}: {len(table)} bands, from {source}")
     print("kernels per preset:")
     for shape in shapes.PRESETS.values():
         names = [s.name for s in codegen.specs_for_shape(shape)]

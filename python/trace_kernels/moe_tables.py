@@ -155,6 +155,12 @@ def lookup(kind: str, experts: int, n: int, k: int) -> tuple | None:
     return _registered.get((kind, experts, n, k))
 
 
+def registered() -> list[tuple[Key, str, tuple]]:
+    """(key, the file it came from, table) of every table in use (the environment's files included)."""
+    _load_env()
+    return [(key, _sources[key].removeprefix("env:"), table) for key, table in _registered.items()]
+
+
 def tables_for(experts: int, hidden: int, intermediate: int) -> dict[str, tuple]:
     """{kind: table} of the tuned tables of one MoE layer shape."""
     out = {}
