@@ -255,8 +255,30 @@ template <int TN, int ST> int check() {
     bad += int(&t(n, c * 8, s) - base) * 2 != s * TN * 128 + n * 128 + ((c ^ (n & 7)) << 4);
   return bad;
 }
+// With more pieces than threads (TN * 8 > THREADS) thread tid copies pieces j = 0 .. TN * 8 / THREADS - 1 of rows
+// tid / 8 + j * THREADS / 8, column tid % 8, at piece 0's byte + j * THREADS / 8 * 128: every piece once, at CuTe's byte.
+template <int TN, int THREADS> int check_pieces() {
+  using L = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{}, make_shape(Int<TN>{}, Int<64>{}, Int<1>{})));
+  bfloat16_t* base = reinterpret_cast<bfloat16_t*>(uintptr_t(1) << 20);
+  auto t = make_tensor(make_smem_ptr(base), L{});
+  static int seen[256 * 8];
+  for (int i = 0; i < TN * 8; ++i) seen[i] = 0;
+  int bad = 0;
+  for (int tid = 0; tid < THREADS; ++tid) {
+    const int c = tid & 7, dst0 = (tid >> 3) * 128 + ((c ^ ((tid >> 3) & 7)) << 4);
+    for (int j = 0; j < TN * 8 / THREADS; ++j) {
+      const int n = (tid >> 3) + j * (THREADS / 8);
+      seen[n * 8 + c] += 1;
+      bad += int(&t(n, c * 8, 0) - base) * 2 != dst0 + j * (THREADS / 8) * 128;
+    }
+  }
+  for (int i = 0; i < TN * 8; ++i) bad += seen[i] != 1;
+  return bad;
+}
 int main() {
   int bad = check<8, 8>() + check<16, 3>() + check<32, 6>() + check<128, 4>() + check<256, 2>();
+  bad += check_pieces<32, 128>() + check_pieces<64, 256>() + check_pieces<128, 256>() + check_pieces<128, 128>() +
+         check_pieces<256, 256>();
   std::printf("mismatches %d\n", bad);
   return bad != 0;
 }
@@ -265,7 +287,8 @@ int main() {
 
 @pytest.mark.nvcc
 def test_activation_swizzle_matches_cute(tmp_path):
-    """The kernel's hand-computed 128B-swizzle addresses equal CuTe's (host-side check)."""
+    """The kernel's hand-computed 128B-swizzle addresses equal CuTe's (host-side check), the per-thread pieces of the
+    tiles with more activation pieces than threads included."""
     if not paths.cutlass_include_dirs():
         pytest.skip("nvidia-cutlass headers not installed")
     src = tmp_path / "swizzle.cu"

@@ -433,6 +433,26 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       a_dst = n * 128 + ((c ^ (n & 7)) << 4);
     }
   }
+  // More pieces than threads (TN * 8 > kThreads: the prefill tiles): piece j of this thread is row
+  // tid / 8 + j * kThreads / 8, the same 16 B column tid % 8 of every row, so its destination is piece 0's plus
+  // j * kThreads / 8 rows (rows that many apart have the same low three bits, which the swizzle XORs) and its source
+  // row is looked up once here. (Looked up per piece and chunk, with 64-bit address math and the loop's bounds, the
+  // gather was about half of the 470-660 instructions a warp issued per 128-K stage of the prefill tile.)
+  constexpr int kPieces = kOnePiece ? 1 : TN * 8 / kThreads;
+  int a_rows[kPieces];   // source rows (0 for rows past the expert's end: zero-filled from a valid address)
+  uint32_t a_flags = 0;  // bit 2j: piece j is copied (its row < n_mma); bit 2j + 1: from a valid source row
+  if constexpr (!kOnePiece) {
+    static_assert((TN * 8) % kThreads == 0 && (kThreads / 8) % 8 == 0, "whole pieces per thread, one swizzle");
+    const int c = tid & 7;
+    a_dst = (tid >> 3) * 128 + ((c ^ ((tid >> 3) & 7)) << 4);
+#pragma unroll
+    for (int j = 0; j < kPieces; ++j) {
+      const int n = (tid >> 3) + j * (kThreads / 8);
+      const int src = src_rows[n];
+      a_rows[j] = src < 0 ? 0 : src;
+      a_flags |= (n < n_mma ? 1u : 0u) << (2 * j) | (src >= 0 ? 2u : 0u) << (2 * j);
+    }
+  }
   // Chunk chunk0 + rel's activation rows into `stage` (a_c: this thread's pointer for chunk chunk0).
   const __nv_bfloat16* a_c = a_src;
   auto load_activations = [&](int chunk0, int rel, int stage) {
@@ -440,12 +460,13 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       if (tid < n_mma * 8)
         detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_c + rel * detail::kChunkK, a_valid);
     } else {
-      for (int i = tid; i < n_mma * 8; i += kThreads) {  // rows past n_mma: never read by the wgmmas
-        const int n = i >> 3, c = i & 7;
-        const int src = src_rows[n];
-        const __nv_bfloat16* g =
-            p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + (chunk0 + rel) * detail::kChunkK + c * 8);
-        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
+#pragma unroll
+      for (int j = 0; j < kPieces; ++j) {  // rows past n_mma: never read by the wgmmas
+        if ((a_flags >> (2 * j)) & 1u)
+          detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst + j * (kThreads / 8) * 128,
+                              p.a + (static_cast<size_t>(a_rows[j]) * K + (chunk0 + rel) * detail::kChunkK +
+                                     (tid & 7) * 8),
+                              (a_flags >> (2 * j + 1)) & 1u);
       }
     }
   };

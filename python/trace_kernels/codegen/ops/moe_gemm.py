@@ -556,6 +556,10 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     async_epilogue = tile.async_epilogue and epilogue == "SwigluQuant"  # other epilogues: the same kernel
     smem = smem_bytes(replace(tile, async_epilogue=async_epilogue), nwg, shape.experts, k)
     threads = threads_for(tile, nwg)
+    pieces = tile.tile_tokens * CHUNK_K * 2 // 16  # 16-byte activation pieces per K chunk
+    if tile.variant == "v1" and pieces > threads and pieces % threads:
+        raise ValueError(f"v1 copies a chunk's {pieces} activation pieces (TN={tile.tile_tokens} rows x 8) as at most "
+                         f"one per thread or as a whole number per thread; {threads} threads take neither: {tile}")
     min_blocks = tile.fused_min_blocks if epilogue == "SwigluQuant" and tile.fused_min_blocks else tile.min_blocks
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
     combine_top_k = shape.top_k if tile.fused_combine and kind == "down_routed" else 0
