@@ -421,3 +421,14 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
     assert codegen.tile_for_rows(64, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.DOWN_DIRECT_TILE
     for rows in (512, 8192, 131072):
         assert codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after
+
+
+def test_v1_tiles_whose_pieces_do_not_divide_among_threads_are_refused():
+    """v1 copies a chunk's TN x 8 activation pieces at most one per thread, or a whole number per thread; a tile
+    with neither (TN=24 on one warpgroup: 192 pieces, 128 threads) raises before anything is compiled."""
+    shape = shapes.preset("tiny")
+    with pytest.raises(ValueError, match="activation pieces"):
+        codegen.gemm_spec(shape, "gate_up", codegen.TileConfig(24, 4, warpgroups=1))
+    for tile in (codegen.TileConfig(24, 4, warpgroups=2), codegen.TileConfig(128, 4, warpgroups=1),
+                 codegen.TileConfig(32, 1, 6, 1, weights_direct=2)):
+        codegen.gemm_spec(shape, "gate_up", tile)  # one per thread (192 <= 256) or a whole number (8, 2)

@@ -48,8 +48,10 @@ SMEM_STATIC_LIMIT = 48 * 1024  # mma2's shared memory is static
 MMA4_CONFIG = re.compile(r"^mma4l(?:_w(\d+)s(\d+)(?:b(\d+))?)?(_c16)?$")
 MMA4_DEFAULT = {"warps_per_head": 2, "stages": 2, "min_blocks": 0}  # min_blocks 0: 16 warps per SM (c16: 8)
 # "mma4l_c16": one CTA of 8 warps per SM at D 128 (~180 registers), so 4 stages keep as many bytes in flight per SM as
-# mma4l's two CTAs of 2 stages; 2 warps per kv head up to 4 kv heads, 1 beyond (16 warps would spill at 128 registers)
-MMA4_WIDE_DEFAULT = {"stages": 4, "min_blocks": 0, "max_warps": 8}
+# mma4l's two CTAs of 2 stages; warps per kv head 0: 2 up to MMA4_WIDE_WARPS / 2 kv heads, 1 beyond (16 warps would
+# spill at 128 registers)
+MMA4_WIDE_DEFAULT = {"warps_per_head": 0, "stages": 4, "min_blocks": 0}
+MMA4_WIDE_WARPS = 8  # warps per SM the wide tile body's registers allow at D 128
 MMA4_MAX_SMEM = 227 * 1024  # per CTA on sm_90
 # The configurations the GPU tests run besides the defaults (the occupancy sweeps of 2026-11-29 and 2026-12-02 chose
 # mma2_w2s2 and mma4l; docs/kv_cache.md) and the (Hq, Hkv, D, P) they are built for
@@ -89,8 +91,8 @@ def mma4_config(variant: str) -> dict | None:
         if cfg["warps_per_head"] not in (1, 2, 4) or not 2 <= cfg["stages"] <= 4 or not 0 <= cfg["min_blocks"] <= 32:
             raise ValueError(f"{NAME}: variant {variant!r}: warps per kv head must be 1, 2 or 4, stages 2..4 and min "
                              f"blocks 0..32")
-    elif wide:  # warps per kv head 0: chosen by _mma4_tiling from the kv heads
-        cfg = {"warps_per_head": 0, **{key: MMA4_WIDE_DEFAULT[key] for key in ("stages", "min_blocks")}}
+    elif wide:
+        cfg = dict(MMA4_WIDE_DEFAULT)
     else:
         cfg = dict(MMA4_DEFAULT)
     cfg["columns"] = MMA4_WIDE_HEADS_PER_CTA if wide else MMA2_MAX_HEADS_PER_CTA
@@ -157,13 +159,14 @@ def _mma4_tiling(config: dict, group: int, kv_heads: int, head_dim: int, page_si
                          f"{group}); groups up to {MMA2_MAX_HEADS_PER_CTA} fit one MMA column block: use mma4l")
     heads = heads_per_cta(group, config["columns"])  # mma2's tile body per kv head, 1 or 2 column blocks
     if not config["warps_per_head"]:  # mma4l_c16's default: 2 warps per kv head while the CTA has at most 8 warps
-        config["warps_per_head"] = 2 if 2 * kv_heads <= MMA4_WIDE_DEFAULT["max_warps"] else 1
+        config["warps_per_head"] = 2 if 2 * kv_heads <= MMA4_WIDE_WARPS else 1
     tile_tokens = 32 * config["warps_per_head"]
     if page_size % 16 or (tile_tokens % page_size and page_size % tile_tokens):
         raise ValueError(f"{NAME}: variant {variant!r} copies whole page runs: the page size must be a multiple of "
                          f"16 that divides or is divided by the {tile_tokens}-token tile, got {page_size}")
     warps = kv_heads * config["warps_per_head"]
-    config["min_blocks"] = config["min_blocks"] or max(1, (16 if heads <= MMA2_MAX_HEADS_PER_CTA else 8) // warps)
+    warps_per_sm = 16 if heads <= MMA2_MAX_HEADS_PER_CTA else MMA4_WIDE_WARPS
+    config["min_blocks"] = config["min_blocks"] or max(1, warps_per_sm // warps)
     if warps > 32:
         raise ValueError(f"{NAME}: variant {variant!r} needs {warps} warps per CTA for {kv_heads} kv heads (max 32)")
     smem = max(config["stages"] * mma4_stage_bytes(head_dim, kv_heads, tile_tokens), 4 * warps * (8 * head_dim + 24))

@@ -624,8 +624,12 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
             n, k = gemm_dims(shape, kind)
             tuned = moe_tables.lookup(kind, shape.experts, n, k) if name == "auto" else None
             for limit, tile in tuned or tile_table(name, kind, k):
-                fitted = tile if tuned else auto_fallback(tile, k, limit, n, name != "auto_ns0") \
-                    if name in AUTO_TABLES else fit_chunks(tile, k)
+                if tuned:  # checked when loaded: the tiles run as they are
+                    fitted = tile
+                elif name in AUTO_TABLES:
+                    fitted = auto_fallback(tile, k, limit, n, name != "auto_ns0")
+                else:
+                    fitted = fit_chunks(tile, k)
                 spec = gemm_spec(shape, launched_kind(kind, fitted), fitted)
                 specs.setdefault(spec.name, spec)
     return list(specs.values()) + [combine_spec(shape)]
