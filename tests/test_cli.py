@@ -71,6 +71,13 @@ def test_generate_custom_shape_and_config(tmp_path, capsys):
                      "--out", str(tmp_path / "b")]) == 0
     guided = codegen_guided.spec("bf16", 64).name  # head_dim 1024/16
     assert guided.startswith("nvfp4_guided_fake_quantize_bf16_") and (tmp_path / "b" / f"{guided}.cu").is_file()
+    assert "shared experts" not in capsys.readouterr().err
+    config.write_text(json.dumps({"model_type": "qwen2_moe", "num_experts": 8, "hidden_size": 1024,
+                                  "moe_intermediate_size": 256, "shared_expert_intermediate_size": 2048,
+                                  "num_experts_per_tok": 2, "num_attention_heads": 16, "num_key_value_heads": 8}))
+    assert cli.main(["generate", "--config", str(config), "--op", "nvfp4_quantize", "--out", str(tmp_path / "d")]) == 0
+    assert ("qwen2_moe: shared experts (shared_expert_intermediate_size=2048) are dense MLPs; the MoE kernels cover "
+            "the routed experts only") in capsys.readouterr().err
     assert cli.main(["generate", "--shape", "E=4,H=500", "--out", str(tmp_path / "c")]) == 2
     assert "error" in capsys.readouterr().err
 

@@ -154,6 +154,43 @@ def test_shapes_custom_and_hf_config(tmp_path):
         shapes.from_hf_config(path)
 
 
+
+def test_hf_configs_of_other_families(tmp_path):
+    """The keys of ERNIE 4.5, Hunyuan (per-layer lists), gpt-oss and DBRX (nested sections); values that are not one
+    integer are refused by name."""
+    path = tmp_path / "config.json"
+
+    def read(config):
+        path.write_text(json.dumps(config))
+        return shapes.from_hf_config(path)
+
+    ernie = {"model_type": "ernie4_5_moe", "moe_num_experts": 64, "moe_k": 6, "moe_intermediate_size": 1536,
+             "intermediate_size": 12288, "hidden_size": 2560, "num_attention_heads": 20, "num_key_value_heads": 4,
+             "head_dim": 128, "moe_num_shared_experts": 2}
+    assert read(ernie) == shapes.ModelShape("ernie4_5_moe", 64, 2560, 1536, 6, 20, 4, 128)
+    assert shapes.shared_experts(path) == "moe_num_shared_experts=2"
+    hunyuan = {"model_type": "hunyuan_v1_moe", "num_experts": 64, "moe_topk": [8] * 32,
+               "moe_intermediate_size": [3072] * 32, "hidden_size": 4096, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "attention_head_dim": 128}
+    assert read(hunyuan) == shapes.ModelShape("hunyuan_v1_moe", 64, 4096, 3072, 8, 32, 8, 128)
+    assert shapes.shared_experts(path) is None
+    with pytest.raises(ValueError, match=r"moe_topk differs across layers \(\[4, 8\]\); give one layer's shape"):
+        read({**hunyuan, "moe_topk": [8] * 16 + [4] * 16})
+    with pytest.raises(ValueError, match=r"hidden_size is 4096.0, not an integer"):
+        read({**hunyuan, "hidden_size": 4096.0})
+    gpt_oss = {"model_type": "gpt_oss", "num_local_experts": 128, "experts_per_token": 4, "intermediate_size": 2880,
+               "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64}
+    assert read(gpt_oss) == shapes.ModelShape("gpt_oss", 128, 2880, 2880, 4, 64, 8, 64)
+    dbrx = {"model_type": "dbrx", "d_model": 6144, "n_heads": 48,
+            "attn_config": {"kv_n_heads": 8, "clip_qkv": 8}, "ffn_config": {"ffn_hidden_size": 10752,
+                                                                           "moe_num_experts": 16, "moe_top_k": 4}}
+    assert read(dbrx) == shapes.ModelShape("dbrx", 16, 6144, 10752, 4, 48, 8, 128)
+    qwen2_moe = {"model_type": "qwen2_moe", "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                 "intermediate_size": 5632, "shared_expert_intermediate_size": 5632, "hidden_size": 2048,
+                 "num_attention_heads": 16, "num_key_value_heads": 16}
+    assert read(qwen2_moe) == shapes.ModelShape("qwen2_moe", 60, 2048, 1408, 4, 16, 16, 128)
+    assert shapes.shared_experts(path) == "shared_expert_intermediate_size=5632"
+
 def test_generate_writes_only_changed_files(tmp_path):
     specs = codegen.specs_for_shape(shapes.preset("tiny"), MY_OPS)
     written = codegen.generate(specs, tmp_path)

@@ -48,7 +48,8 @@ def test_a_registered_table_decides_auto_tiles(tmp_path):
     names = {s.name for s in codegen.specs_for_shape(TINY)}
     assert codegen.gemm_spec(TINY, "gate_up_swiglu", ws8).name in names
     assert codegen.gemm_spec(TINY, "down_routed", tn32).name in names
-    assert moe_tables.tables_for(8, 256, 128).keys() == {"gate_up_swiglu", "down_routed"}
+    assert {key[0] for key, _, _ in moe_tables.registered()} == {"gate_up_swiglu", "down_routed"}
+    assert moe_tables.lookup("gate_up", 8, 256, 256) is None
     moe_tables.register(path)  # the same file again: no conflict
     other = _file(tmp_path, [_gate_up([[None, TN32]])], "other.json")
     with pytest.raises(ValueError, match="already registered"):

@@ -31,7 +31,12 @@ def _shapes(args) -> list[shapes.ModelShape]:
         return [shapes.preset(name) for name in args.preset]
     if args.shape:
         return [shapes.parse_custom(args.shape)]
-    return [shapes.from_hf_config(args.config)]
+    shape = shapes.from_hf_config(args.config)
+    shared = shapes.shared_experts(args.config)
+    if shared:
+        print(f"trace-kernels: {shape.name}: shared experts ({shared}) are dense MLPs; the MoE kernels cover the "
+              f"routed experts only", file=sys.stderr)
+    return [shape]
 
 
 def _specs(args) -> list[codegen.KernelSpec]:

@@ -161,17 +161,6 @@ def registered() -> list[tuple[Key, str, tuple]]:
     return [(key, _sources[key].removeprefix("env:"), table) for key, table in _registered.items()]
 
 
-def tables_for(experts: int, hidden: int, intermediate: int) -> dict[str, tuple]:
-    """{kind: table} of the tuned tables of one MoE layer shape."""
-    out = {}
-    for kind in KINDS:
-        n, k = (2 * intermediate, hidden) if kind.startswith("gate_up") else (hidden, intermediate)
-        table = lookup(kind, experts, n, k)
-        if table is not None:
-            out[kind] = table
-    return out
-
-
 def best_rows(results: list[dict], time_key: str, experts: int) -> list[tuple[float, object]]:
     """(limit, TileConfig) rows from a tile sweep's results (dicts of "rows" (routed rows), TileConfig's fields and
     time_key, several tiles per token count): per token count the fastest tile, serving up to that count's routed

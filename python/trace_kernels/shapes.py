@@ -53,10 +53,19 @@ PRESETS: dict[str, ModelShape] = {s.name: s for s in (
 # Short keys accepted by parse_custom, and the HF config.json keys they come from.
 _CUSTOM_KEYS = {"e": "experts", "h": "hidden", "i": "intermediate", "k": "top_k", "hq": "q_heads", "hkv": "kv_heads",
                 "hd": "head_dim"}
-_HF_KEYS = {"experts": ("num_experts", "n_routed_experts", "num_local_experts"), "hidden": ("hidden_size",),
-            "intermediate": ("moe_intermediate_size", "intermediate_size"),
-            "top_k": ("num_experts_per_tok", "moe_topk"), "q_heads": ("num_attention_heads",),
-            "kv_heads": ("num_key_value_heads",), "head_dim": ("head_dim",)}
+# Where a config.json keeps each dimension, in the order looked up. Several families name them differently:
+# ERNIE 4.5 (moe_num_experts, moe_k), Hunyuan (moe_topk, attention_head_dim), gpt-oss (experts_per_token), DBRX (d_model,
+# n_heads, and experts, top-k, width and kv heads in its nested ffn_config / attn_config, which _flat_config lifts).
+_HF_KEYS = {"experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
+            "hidden": ("hidden_size", "d_model"),
+            "intermediate": ("moe_intermediate_size", "intermediate_size", "ffn_hidden_size"),
+            "top_k": ("num_experts_per_tok", "moe_topk", "moe_k", "experts_per_token", "moe_top_k"),
+            "q_heads": ("num_attention_heads", "n_heads"), "kv_heads": ("num_key_value_heads", "kv_n_heads"),
+            "head_dim": ("head_dim", "attention_head_dim")}
+_NESTED_SECTIONS = ("ffn_config", "attn_config")  # DBRX
+# Dense MLPs that sit beside the routed experts in some families; the MoE kernels cover the routed experts only.
+_SHARED_EXPERT_KEYS = ("shared_expert_intermediate_size", "n_shared_experts", "moe_num_shared_experts",
+                       "num_shared_expert")
 
 
 def preset(name: str) -> ModelShape:
@@ -87,11 +96,34 @@ def parse_custom(text: str, name: str | None = None) -> ModelShape:
     return ModelShape(name=name, **values)
 
 
-def from_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
-    """Read a Hugging Face MoE config.json (Qwen3-MoE, Mixtral, DeepSeek style keys)."""
-    path = Path(path)
+def _flat_config(path: Path) -> dict:
+    """The language model's keys of a config.json: text_config's for multimodal configs, with DBRX's nested
+    sections lifted (a top-level key wins over a nested one)."""
     config = json.loads(path.read_text())
     config = config.get("text_config", config)
+    nested = {k: v for section in _NESTED_SECTIONS if isinstance(config.get(section), dict)
+              for k, v in config[section].items()}
+    return {**nested, **config}
+
+
+def _layer_int(path: Path, key: str, value) -> int:
+    """A config value as one int; a per-layer list (Hunyuan's moe_topk) must hold one value, since a shape is one
+    layer's."""
+    if isinstance(value, list):
+        distinct = sorted(set(v for v in value if v is not None), key=str)
+        if len(distinct) != 1:
+            raise ValueError(f"{path}: {key} differs across layers ({distinct}); give one layer's shape with --shape")
+        value = distinct[0]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{path}: {key} is {value!r}, not an integer")
+    return value
+
+
+def from_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
+    """Read a Hugging Face MoE config.json (Qwen3-MoE, Mixtral, DeepSeek, gpt-oss, ERNIE 4.5, Hunyuan, DBRX style
+    keys)."""
+    path = Path(path)
+    config = _flat_config(path)
     if config.get("kv_lora_rank") is not None:  # DeepSeek-V2/V3, Kimi K2: a latent KV cache, not per-head K and V
         experts = next((config[k] for k in _HF_KEYS["experts"] if config.get(k) is not None), "E")
         raise ValueError(f"{path}: multi-head latent attention (kv_lora_rank {config['kv_lora_rank']}) has no per-head "
@@ -101,15 +133,25 @@ def from_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
                          f"hq=1,hkv=1,hd=128 --op moe_gemm (the heads do not change the MoE kernels)")
     values: dict[str, int] = {}
     for field, keys in _HF_KEYS.items():
-        found = next((config[k] for k in keys if k in config and config[k] is not None), None)
-        if field == "head_dim" and found is None and "hidden_size" in config and "num_attention_heads" in config:
-            found = config["hidden_size"] // config["num_attention_heads"]
-        if field == "kv_heads" and found is None:
-            found = config.get("num_attention_heads")
-        if found is None:
+        key = next((k for k in keys if config.get(k) is not None), None)
+        if key is not None:
+            values[field] = _layer_int(path, key, config[key])
+        elif field == "head_dim" and "hidden" in values and "q_heads" in values:
+            values[field] = values["hidden"] // values["q_heads"]
+        elif field == "kv_heads" and "q_heads" in values:
+            values[field] = values["q_heads"]  # no key: multi-head attention
+        else:
             raise ValueError(f"{path}: no {' / '.join(keys)} key; is this an MoE model config?")
-        values[field] = int(found)
     return ModelShape(name=name or config.get("model_type", path.parent.name or "custom"), **values)
+
+
+def shared_experts(path: str | Path) -> str | None:
+    """'key=value' of a config's shared experts (dense MLPs beside the routed ones, which the MoE kernels do not
+    cover), or None when it has none."""
+    path = Path(path)
+    config = _flat_config(path)
+    found = [f"{k}={config[k]}" for k in _SHARED_EXPERT_KEYS if config.get(k) not in (None, 0, [])]
+    return ", ".join(found) or None
 
 
 def resolve(spec: str) -> ModelShape:
