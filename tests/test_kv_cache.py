@@ -138,6 +138,14 @@ def test_decode_rejects_bad_pages_and_types():
     with pytest.raises(ValueError, match="differ"):
         bf16 = kv_cache.allocate_bf16_pages(*c.k_cache.scale.shape, 64)
         attention.decode_attention(c.q, c.k_cache, bf16, c.block_table, c.lengths)
+    for scale in (float("nan"), float("inf"), 0.0, -0.125):  # NaN outputs (or none) without an error otherwise
+        with pytest.raises(ValueError, match="softmax_scale must be a positive finite number"):
+            attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths, softmax_scale=scale)
+        with pytest.raises(ValueError, match="softmax_scale must be a positive finite number"):
+            attention.extend_attention(c.q[:, None], c.k_cache, c.v_cache, c.block_table, c.lengths,
+                                       softmax_scale=scale)
+    assert attention.decode_attention(c.q, c.k_cache, c.v_cache, c.block_table, c.lengths,
+                                      softmax_scale=0.1).isfinite().all()
 
 
 def test_append_rejects_bad_slots_and_inputs():

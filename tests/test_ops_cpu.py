@@ -46,6 +46,13 @@ def test_refit_cpu_in_place():
     for e in range(3):
         ref = nvfp4.quantize(w[e], scale="tensor")
         assert torch.equal(out.codes[e], ref.codes) and torch.equal(out.scale[e], ref.scale)
+    # a non-finite expert (not the first) raises before any expert is written, and names w's index
+    before = [t.clone() for t in (out.codes, out.block_scales.view(torch.uint8), out.scale)]
+    w_bad = torch.randn(3, 8, 32)
+    w_bad[1, 2, 3] = float("inf")
+    with pytest.raises(ValueError, match=r"w has 1 non-finite element\(s\) .* index \(1, 2, 3\)"):
+        ops.refit_weights(w_bad, out)
+    assert all(torch.equal(a, b) for a, b in zip(before, (out.codes, out.block_scales.view(torch.uint8), out.scale)))
 
 
 def test_fake_impls_trace_under_torch_compile():

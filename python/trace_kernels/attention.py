@@ -53,7 +53,12 @@ def validate(q, k_cache, v_cache, block_table, lengths, *, check_values: bool, q
 
 
 def _default_scale(softmax_scale: float | None, head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    scale = float(softmax_scale)
+    if not (math.isfinite(scale) and scale > 0):  # a NaN or Inf scale would give NaN outputs without an error
+        raise ValueError(f"softmax_scale must be a positive finite number, got {softmax_scale!r}")
+    return scale
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ def allocate(experts: int, n: int, k: int, device) -> nvfp4.NVFP4Tensor:
 
 
 def _reference(w, codes, block_scales, scales):
+    nvfp4.check_finite(w, "w")  # before any expert is written: a bad call leaves the buffers as they were
     for e in range(w.shape[0]):
         q = nvfp4.quantize(w[e], scale="tensor")
         codes[e].copy_(q.codes)
