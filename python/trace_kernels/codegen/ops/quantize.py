@@ -18,7 +18,7 @@ TEMPLATE = "nvfp4_quantize.cu.jinja"
 MIN_CTA = 128  # threads per block unless a row takes more: 83.5% vs 80% of copy at 64 MB (256), the
 # shorter last wave (profiling/results/memory_quantize_cta_h200.json); names carry any other value
 VARIANTS = ("v2",)
-VARIANT = "v2"  # the default launch: fastest in the same-run A/Bs on the H200 (profiling/run_gpu_checks_issue3.sh), bit-exact
+VARIANT = "v2"  # the default launch: fastest in the same-run A/Bs on the H200 (profiling/device/run_gpu_checks_issue3.sh), bit-exact
 
 
 def _pow2_ceil(n: int) -> int:

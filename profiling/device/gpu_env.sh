@@ -1,0 +1,223 @@
+# Sourced (not run) by the run_gpu_checks_*.sh scripts, from the repo root: installs the carried
+# wheels in .whl/ (nvidia-cutlass for its headers, nvtx: without it no NVTX ranges exist) into
+# /tmp/site, puts them, python/ and rl/ on PYTHONPATH, keeps the JIT cache in the tree and defines
+# left(): the seconds of BUDGET still left.
+# Usage: source profiling/device/gpu_env.sh LOGFILE   (LOGFILE gets pip's output)
+gpu_env_log=${1:?usage: source profiling/device/gpu_env.sh LOGFILE}
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl > "$gpu_env_log" 2>&1 || echo "wheel install failed (see $(basename "$gpu_env_log"))"
+  export PYTHONPATH=/tmp/site:$PWD/python:$PWD/rl${PYTHONPATH:+:$PYTHONPATH}
+else
+  export PYTHONPATH=$PWD/python:$PWD/rl${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1
+export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache}
+left() { echo $(( BUDGET - SECONDS )); }
+
+# Helpers the run_gpu_checks_*.sh scripts share. Each runs one step under `timeout`, writes its whole
+# output to LOG and prints a short summary (the device tool returns the last lines of stdout).
+
+# tar_on_exit DIR: pack DIR into DIR.tar when the script ends (the device tool returns files, not
+# folders) and print the script's total time.
+tar_on_exit() {
+  trap "echo \"total \${SECONDS}s\"; tar -cf '$1.tar' -C '$(dirname "$1")' '$(basename "$1")' && rm -rf '$1'" EXIT
+}
+
+# log_machine LOG: the GPU (name, driver, clocks) and the tree's commit and changes, appended to LOG (the
+# device copy's git metadata may lag: the results' notes name the real commit).
+log_machine() {
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+    git log -1 --format='%H %s' 2>/dev/null; git status --short 2>/dev/null | head -20; } >> "$1" 2>&1
+}
+
+# gpu_tests LIMIT LOG PYTEST_ARGS...: pytest, quiet, failures listed, no cache folder.
+gpu_tests() {
+  local limit=$1 log=$2; shift 2
+  timeout "$limit" python3 -m pytest -q -rfE -p no:cacheprovider "$@" > "$log" 2>&1
+  local rc=$?  # before any command substitution: "$(basename ...) exit $?" printed basename's status, 0
+  echo "$(basename "$log" .log) exit $rc"; grep -E "^FAILED|^ERROR" "$log" | head -5; tail -1 "$log"
+}
+
+# sanitize TOOL LIMIT LOG CMD...: compute-sanitizer memcheck / racecheck on CMD. API errors are not
+# reported: cuda.bindings' symbol lookups at module load return INVALID_VALUE by design.
+sanitize() {
+  local tool=$1 limit=$2 log=$3; shift 3
+  timeout "$limit" compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 9 --print-limit 20 "$@" \
+    > "$log" 2>&1
+  echo "$tool exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|OK|FAIL" "$log" | tail -3
+}
+
+# ncu_report REP LIMIT KERNEL_REGEX CMD...: Nsight Compute (clocks not locked) on the first launch of
+# a kernel matching KERNEL_REGEX; REP.txt has the section pages, REP.raw.csv every metric collected,
+# REP.log the run's output.
+NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis
+  --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats"
+ncu_report() {
+  local rep=$1 limit=$2 regex=$3; shift 3
+  # shellcheck disable=SC2086  # NCU_SECTIONS is a list of options
+  timeout "$limit" ncu --clock-control none --target-processes all -k "regex:$regex" -c 1 $NCU_SECTIONS -o "$rep" \
+    "$@" > "$rep.log" 2>&1
+  echo "ncu $(basename "$rep") exit: $? (limit ${limit}s, ${SECONDS}s)" | tee -a "$rep.log"
+  [ -f "$rep.ncu-rep" ] || return 0
+  timeout 6 ncu --import "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+  timeout 6 ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
+  rm -f "$rep.ncu-rep"  # both exports hold what it does; it would only add bytes to bring back
+  grep -E "Memory Throughput|DRAM Throughput|Duration|SM Frequency|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per|Block Limit|Eligible|Active Warps" \
+    "$rep.txt" | head -20
+}
+
+# decode_sanitizers DIR: memcheck (half the time left, at most 70 s), then racecheck (what is left, at most 90 s) on
+# mma4l's growing-score, CUDA-graph, bytes-past-the-end and GQA 5 / 12 KV GPU tests (20 tests; racecheck got through 20
+# of 26 in 70 s on the H100 on 2026-12-05); logs DIR/sanitizer_{memcheck,racecheck}.log.
+decode_sanitizers() {
+  local dir=$1 limit
+  local tests=(tests/gpu/test_kv_kernels.py -k "(test_decode_attention_growing_scores_and_special_rows or test_decode_attention_cuda_graph or past_the_end or (matches_reference and (10-2-128 or 24-2-64))) and mma4l")
+  limit=$(( ($(left) - 4) / 2 )); [ "$limit" -gt 70 ] && limit=70
+  sanitize memcheck "$limit" "$dir/sanitizer_memcheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu "${tests[@]}"
+  limit=$(( $(left) - 3 )); [ "$limit" -gt 90 ] && limit=90
+  sanitize racecheck "$limit" "$dir/sanitizer_racecheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu "${tests[@]}"
+}
+
+# prebuild_engine_test_models LIMIT LOG: the rollout engine's kernels of the GPU tests' two models
+# (rl/configs/models.toml's tiny-kernels and small) at every decode batch the tests use: prebuild_device_caches.py's
+# engine set, into the cache the call uses.
+prebuild_engine_test_models() {
+  timeout "$1" python3 profiling/prebuild_device_caches.py --cache "$TRACE_KERNELS_CACHE_DIR" engine > "$2" 2>&1
+}
+
+# sweep_bands DIR PREFIX SHAPE BAND...: sweep_moe_gemm_tiles.py --tiles per band ("TOKENS|KINDS|TILES"), while more
+# than 150 s are left; JSONs DIR/PREFIX_SHAPE_I.json, logs DIR/sweep_SHAPE_I.log, each band's best tiles printed.
+sweep_bands() {
+  local dir=$1 prefix=$2 shape=$3 i=0 band tokens kinds tiles; shift 3
+  for band in "$@"; do
+    IFS='|' read -r tokens kinds tiles <<< "$band"
+    i=$((i + 1))
+    [ "$(left)" -lt 150 ] && { echo "skip $shape band $i: $(left)s left"; continue; }
+    timeout 120 python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens "$tokens" --kinds "$kinds" \
+      --tiles "$tiles" --reps 10 --out "$dir/${prefix}_${shape}_$i.json" > "$dir/sweep_${shape}_$i.log" 2>&1
+    echo "sweep $shape $i ($kinds) exit $? (${SECONDS}s)"; grep -E "best" "$dir/sweep_${shape}_$i.log" | cut -c1-260
+  done
+}
+
+# layer_ab_rounds DIR ROUNDS LIMIT MIN_LEFT BENCH_ARGS...: ROUNDS runs of bench_moe_gemm.py BENCH_ARGS (every arm in
+# one process; LIMIT s each) while more than MIN_LEFT s are left; JSONs DIR/layer_ab_R.json, logs DIR/layer_ab_R.log,
+# one line per (shape, T) with each arm's layer ms.
+layer_ab_rounds() {
+  local dir=$1 rounds=$2 limit=$3 min_left=$4 round; shift 4
+  for round in $(seq 1 "$rounds"); do
+    [ "$(left)" -lt "$min_left" ] && break
+    layer_ab_round "$dir" "$round" "$limit" "$@"
+  done
+}
+
+# layer_ab_swapped DIR LIMIT MIN_LEFT VARIANTS BENCH_ARGS...: layer_ab_rounds' two rounds with --variants VARIANTS, the
+# second with the arms in reverse order.
+layer_ab_swapped() {
+  local dir=$1 limit=$2 min_left=$3 variants=$4 round; shift 4
+  for round in 1 2; do
+    [ "$(left)" -lt "$min_left" ] && break
+    layer_ab_round "$dir" "$round" "$limit" --variants "$variants" "$@"
+    variants=$(tr ',' '\n' <<< "$variants" | tac | paste -sd,)
+  done
+}
+
+# layer_ab_round DIR ROUND LIMIT BENCH_ARGS...: one run of bench_moe_gemm.py BENCH_ARGS --reps 10 (LIMIT s), JSON
+# DIR/layer_ab_ROUND.json, log DIR/layer_ab_ROUND.log; one line per (shape, T) with each arm's layer ms, arms by name.
+layer_ab_round() {
+  local dir=$1 round=$2 limit=$3 rc; shift 3
+  timeout "$limit" python3 profiling/bench_moe_gemm.py "$@" --reps 10 --out "$dir/layer_ab_$round.json" \
+    > "$dir/layer_ab_$round.log" 2>&1
+  rc=$?
+  echo "layer A/B $round exit $rc (${SECONDS}s)"
+  python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print(r["shape"][6:9], r["tokens"], " ".join("%s=%.4f" % (k, x["nvfp4_ms"]) for k, x in sorted(r["variants"].items())))' \
+    "$dir/layer_ab_$round.json"
+}
+
+# moe_build LIMIT LOG MOE_PREBUILD_ARGS...: moe_prebuild.py --jobs 16 (a check of the carried cache, or a build of what
+# it lacks) under timeout, its status and last line printed.
+moe_build() {
+  local limit=$1 log=$2 rc; shift 2
+  timeout "$limit" python3 profiling/moe_prebuild.py --jobs 16 "$@" > "$log" 2>&1
+  rc=$?
+  echo "$(basename "$log" .log) exit $rc (${SECONDS}s)"; tail -1 "$log"
+}
+
+# ncu_down_tile DIR LABEL TOKENS FIELDS: Nsight Compute (ncu_report, 60 s) on the 30B down GEMM at TOKENS with the
+# extra tile TileConfig(FIELDS) (moe_gemm_ncu_case.py --extra); reports DIR/ncu_down_tTOKENS_LABEL.*.
+ncu_down_tile() {
+  local dir=$1 label=$2 tokens=$3 fields=$4 index name
+  read -r index name < <(python3 -c "from trace_kernels import shapes
+from trace_kernels.codegen.ops import moe_gemm as c
+tile = c.TileConfig($fields)
+print(c.EXTRA_TILES.index(tile), c.gemm_spec(shapes.preset('qwen3-30b-a3b'), 'down_routed', tile).name)")
+  [ -n "$name" ] || { echo "ncu_down_tile $label: TileConfig($fields) is not an extra tile"; return 0; }
+  ncu_report "$dir/ncu_down_t${tokens}_$label" 60 "$name" \
+    python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens "$tokens" --repeat 1 --extra="$index"
+}
+
+# moe_sanitizers_left DIR MAX: moe_sanitizers with half the time left each (at most MAX s), if that is over 15 s.
+moe_sanitizers_left() {
+  local limit=$(( ($(left) - 5) / 2 ))
+  [ "$limit" -gt "$2" ] && limit=$2
+  [ "$limit" -gt 15 ] && moe_sanitizers "$1" "$limit"
+}
+
+# moe_sanitizers DIR LIMIT: memcheck and racecheck (LIMIT s each) on the tiny fused gate_up and down GPU
+# tests over every tiling; logs DIR/sanitizer_{memcheck,racecheck}.log.
+moe_sanitizers() {
+  local dir=$1 limit=$2 tool
+  for tool in memcheck racecheck; do
+    sanitize "$tool" "$limit" "$dir/sanitizer_$tool.log" python3 -m pytest -q -p no:cacheprovider \
+      tests/gpu/test_moe_gemm.py -k "(test_gate_up_fused_quantization_is_exact or test_down_combine) and tiny and 64"
+  done
+}
+
+# bench_moe_tree TREE DIR NAME ROUND TOKENS LIMIT BASE: the layer benchmark (auto table, 10 reps) of this
+# tree (TREE=new) or of BASE (TREE=base: a carried copy of an earlier commit's python/, cuda/, codegen/ and
+# bench script, see run_gpu_checks_moe_decode_gather.sh); JSON DIR/NAME_TREE ROUND.json, log
+# DIR/bench_TREE ROUND.log, one summary line (shape, T, ms, x BF16).
+bench_moe_tree() {
+  local tree=$1 dir=$2 name=$3 round=$4 tokens=$5 limit=$6 base=$7
+  local out="$dir/${name}_${tree}${round}.json" log="$dir/bench_${tree}${round}.log"
+  if [ "$tree" = new ]; then
+    timeout "$limit" python3 profiling/bench_moe_gemm.py --variants auto --tokens "$tokens" --reps 10 --out "$out" \
+      > "$log" 2>&1
+  else
+    PYTHONPATH=/tmp/site:$PWD/$base/python:$PWD/rl timeout "$limit" python3 "$base/profiling/bench_moe_gemm.py" \
+      --variants auto --tokens "$tokens" --reps 10 --out "$out" > "$log" 2>&1
+  fi
+  echo "bench $tree $round exit $? (${SECONDS}s)"
+  grep -E "^qwen3\S+ +[0-9]" "$log" | awk '{print $1, $2, $5, $8}' | tr '\n' ';'; echo
+}
+
+# moe_prebuild_trees DIR TABLES PRESETS BASE: the table kernels (moe_prebuild.py --tables TABLES --no-extras) of
+# this tree and of BASE (a carried copy of an earlier commit's python/, cuda/, codegen/; see bench_moe_tree),
+# 16 jobs each; logs DIR/build_{new,base}.log.
+moe_prebuild_trees() {
+  local dir=$1 tables=$2 presets=$3 base=$4 tree
+  for tree in new base; do
+    # shellcheck disable=SC2086  # PRESETS is a list
+    if [ "$tree" = new ]; then
+      timeout 120 python3 profiling/moe_prebuild.py --tables "$tables" --no-extras $presets > "$dir/build_new.log" 2>&1
+    else
+      PYTHONPATH=/tmp/site:$PWD/$base/python:$PWD/rl timeout 120 python3 profiling/moe_prebuild.py --tables "$tables" \
+        --no-extras $presets > "$dir/build_base.log" 2>&1
+    fi
+    echo "$tree build exit $? (${SECONDS}s)"; tail -1 "$dir/build_$tree.log"
+  done
+}
+
+# moe_layer_ab DIR NAME TOKENS LIMIT BASE MIN_LEFT: two rounds of the layer benchmark, this tree then BASE in
+# each (bench_moe_tree, LIMIT s per run), while more than MIN_LEFT s of BUDGET are left.
+moe_layer_ab() {
+  local dir=$1 name=$2 tokens=$3 limit=$4 base=$5 min_left=$6 round tree
+  for round in 1 2; do
+    for tree in new base; do
+      [ "$(left)" -lt "$min_left" ] && return 0
+      bench_moe_tree "$tree" "$dir" "$name" "$round" "$tokens" "$limit" "$base"
+    done
+  done
+}
