@@ -20,8 +20,14 @@ def test_specs_render_deterministically_with_readable_names():
         # one kernel per (kind, tile), auto's down GEMM with its own tables (prefill; short K); a
         # quantize_after tile builds the Swiglu kernel for gate_up_swiglu, the base tile's for the others
         call_kinds = [kind for kind in codegen.KINDS if kind != "gate_up_swiglu_h"]
+        # (gather_pieces changes only the tiles with more activation pieces per K chunk than threads)
+        def pieces_per_thread(tile, kind):
+            n = codegen.gemm_dims(shape, kind)[0]
+            return tile.tile_tokens * 8 > codegen.threads_for(tile, codegen.warpgroups_for(n, tile))
+
         kernels = {("gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind,
-                    dataclasses.replace(tile, quantize_after=False))
+                    dataclasses.replace(tile, quantize_after=False,
+                                        gather_pieces=tile.gather_pieces and pieces_per_thread(tile, kind)))
                    for v in codegen.TILE_TABLES for kind in call_kinds
                    for _, tile in codegen.tile_table(v, kind, codegen.gemm_dims(shape, kind)[1])}
         assert len({s.name for s in specs}) == len(specs) == len(kernels) + 1
@@ -423,12 +429,31 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
         assert codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after
 
 
-def test_v1_tiles_whose_pieces_do_not_divide_among_threads_are_refused():
-    """v1 copies a chunk's TN x 8 activation pieces at most one per thread, or a whole number per thread; a tile
-    with neither (TN=24 on one warpgroup: 192 pieces, 128 threads) raises before anything is compiled."""
+def test_gather_pieces_kernels_and_refusals():
+    """gather_pieces (off by default, auto_gp's A/B) copies a chunk's TN x 8 activation pieces as a whole number per
+    thread where there are more pieces than threads: its own kernel there ("_gp1"), the same kernel as without it
+    elsewhere; a tile whose pieces do not divide among the threads (TN=24 on one warpgroup: 192 pieces, 128 threads)
+    and a ws tile raise before anything is compiled. Without it every v1 tile keeps the strided loop."""
     shape = shapes.preset("tiny")
+    gp = {"gather_pieces": True}
     with pytest.raises(ValueError, match="activation pieces"):
-        codegen.gemm_spec(shape, "gate_up", codegen.TileConfig(24, 4, warpgroups=1))
-    for tile in (codegen.TileConfig(24, 4, warpgroups=2), codegen.TileConfig(128, 4, warpgroups=1),
-                 codegen.TileConfig(32, 1, 6, 1, weights_direct=2)):
-        codegen.gemm_spec(shape, "gate_up", tile)  # one per thread (192 <= 256) or a whole number (8, 2)
+        codegen.gemm_spec(shape, "gate_up", codegen.TileConfig(24, 4, warpgroups=1, **gp))
+    with pytest.raises(ValueError, match="gather_pieces is a v1 knob"):
+        codegen.gemm_spec(shape, "gate_up", codegen.TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, **gp))
+    codegen.gemm_spec(shape, "gate_up", codegen.TileConfig(24, 4, warpgroups=1))  # the strided loop takes any TN
+    for tile in (codegen.TileConfig(128, 4, warpgroups=1), codegen.TileConfig(32, 1, 6, 1, weights_direct=2),
+                 codegen.TileConfig(128, 2, chunks_per_stage=2, n_step=16)):
+        on = codegen.gemm_spec(shape, "gate_up", dataclasses.replace(tile, **gp))  # 8, 2 and 4 pieces per thread
+        off = codegen.gemm_spec(shape, "gate_up", tile)
+        assert on.name == off.name.replace("_sm90a", "_gp1_sm90a") and "GATHER_PIECES=*/true" in on.render()
+        assert "GATHER_PIECES" not in off.render()
+    for tile in (codegen.TileConfig(24, 4, warpgroups=2), codegen.TileConfig(8, 8)):  # at most one piece per thread
+        assert codegen.gemm_spec(shape, "gate_up", dataclasses.replace(tile, **gp)).name == \
+            codegen.gemm_spec(shape, "gate_up", tile).name
+    # auto_gp differs from auto in the prefill gate_up kernels alone
+    for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
+        auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
+        gp_names = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_gp",))}
+        assert sorted(n.replace("_gp1", "") for n in gp_names - auto) == sorted(auto - gp_names)
+        assert {n.split("_nvfp4")[0] for n in gp_names - auto} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h"}
+        assert all("_tn128_" in n for n in gp_names - auto)

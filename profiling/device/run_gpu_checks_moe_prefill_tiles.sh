@@ -4,9 +4,10 @@
 # tiles per consumer warpgroup (m_tiles=2, the down GEMM's prefill tile) halves the activation re-reads. Both
 # lost to v1 TN=128 before, with the fused gate_up quantizing in its epilogue; auto's gate_up now quantizes
 # afterwards (quantize_after). Same-run sweep (sweep_moe_gemm_tiles.py --tiles), both presets, T = 4096, 16384.
-# Next (thirty-second session, 2026-12-05): again after v1's activation gather took a whole number of pieces per
-# thread (the v1 TN=128 / TN=256 tiles issue about half the instructions per stage; docs/moe_gemm.md, "Next steps"):
-# v1 TN=128 may now beat the down GEMM's ws prefill tile, and TN=256 the gate_up's TN=128.
+# Next (thirty-second session, 2026-12-05): again if v1's activation gather with a whole number of pieces per thread
+# wins its A/B (run_gpu_checks_moe_gather_pieces.sh; the v1 TN=128 / TN=256 tiles then issue about half the
+# instructions per stage; docs/moe_gemm.md, "Next steps"), with gather_pieces=1 added to the v1 tilings below:
+# v1 TN=128 may then beat the down GEMM's ws prefill tile, and TN=256 the gate_up's TN=128.
 # Usage (repo root; carry .whl and .tkcache): OUT=$OUT bash profiling/device/run_gpu_checks_moe_prefill_tiles.sh
 set -uo pipefail
 OUT=${OUT:-runs/moe_prefill_tiles}

@@ -297,7 +297,8 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 // moe_combine launch after the GEMM.
 // NSTEP > 0: the wgmmas are as wide as the CTA's routed rows rounded up to NSTEP (one main loop per width), not TN.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
-          bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0>
+          bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0,
+          bool GATHER_PIECES = false>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr bool kDirect = WDIRECT > 0;
@@ -433,15 +434,18 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       a_dst = n * 128 + ((c ^ (n & 7)) << 4);
     }
   }
-  // More pieces than threads (TN * 8 > kThreads: the prefill tiles): piece j of this thread is row
-  // tid / 8 + j * kThreads / 8, the same 16 B column tid % 8 of every row, so its destination is piece 0's plus
-  // j * kThreads / 8 rows (rows that many apart have the same low three bits, which the swizzle XORs) and its source
-  // row is looked up once here. (Looked up per piece and chunk, with 64-bit address math and the loop's bounds, the
-  // gather was about half of the 470-660 instructions a warp issued per 128-K stage of the prefill tile.)
-  constexpr int kPieces = kOnePiece ? 1 : TN * 8 / kThreads;
+  // More pieces than threads (TN * 8 > kThreads: the prefill tiles). GATHER_PIECES (TileConfig.gather_pieces, off
+  // until its H200 A/B): piece j of this thread is row tid / 8 + j * kThreads / 8, the same 16 B column tid % 8 of
+  // every row, so its destination is piece 0's plus j * kThreads / 8 rows (rows that many apart have the same low
+  // three bits, which the swizzle XORs) and its source row is looked up once here. (Looked up per piece and chunk,
+  // with 64-bit address math and the loop's bounds, the gather is about half of the 470-660 instructions a warp
+  // issues per 128-K stage of the prefill tile; 227-347 with GATHER_PIECES.) Without it: the strided loop below.
+  constexpr bool kWholePieces = !kOnePiece && GATHER_PIECES;
+  static_assert(!GATHER_PIECES || !kOnePiece, "GATHER_PIECES is for tiles with more activation pieces than threads");
+  constexpr int kPieces = kWholePieces ? TN * 8 / kThreads : 1;
   int a_rows[kPieces];   // source rows (0 for rows past the expert's end: zero-filled from a valid address)
   uint32_t a_flags = 0;  // bit 2j: piece j is copied (its row < n_mma); bit 2j + 1: from a valid source row
-  if constexpr (!kOnePiece) {
+  if constexpr (kWholePieces) {
     static_assert((TN * 8) % kThreads == 0 && (kThreads / 8) % 8 == 0, "whole pieces per thread, one swizzle");
     const int c = tid & 7;
     a_dst = (tid >> 3) * 128 + ((c ^ ((tid >> 3) & 7)) << 4);
@@ -459,7 +463,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     if constexpr (kOnePiece) {
       if (tid < n_mma * 8)
         detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_c + rel * detail::kChunkK, a_valid);
-    } else {
+    } else if constexpr (kWholePieces) {
 #pragma unroll
       for (int j = 0; j < kPieces; ++j) {  // rows past n_mma: never read by the wgmmas
         if ((a_flags >> (2 * j)) & 1u)
@@ -467,6 +471,14 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
                               p.a + (static_cast<size_t>(a_rows[j]) * K + (chunk0 + rel) * detail::kChunkK +
                                      (tid & 7) * 8),
                               (a_flags >> (2 * j + 1)) & 1u);
+      }
+    } else {
+      for (int i = tid; i < n_mma * 8; i += kThreads) {  // rows past n_mma: never read by the wgmmas
+        const int n = i >> 3, c = i & 7;
+        const int src = src_rows[n];
+        const __nv_bfloat16* g =
+            p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + (chunk0 + rel) * detail::kChunkK + c * 8);
+        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
       }
     }
   };

@@ -71,6 +71,11 @@ class TileConfig:
     # instead of tile_tokens: one copy of the main loop per width, picked once per CTA; 0: always tile_tokens.
     # The tensor cores then skip the columns a partly filled token tile would discard.
     n_step: int = 0
+    # v1 tiles with more 16-byte activation pieces per K chunk than threads (the prefill TN=128 tile): each thread
+    # copies a whole number of pieces, their source rows looked up once per CTA instead of per piece and chunk (about
+    # half of the prefill stage's instructions in SASS, thirty-second session). Ignored where a chunk has at most one
+    # piece per thread. Off until its A/B on the H200 (the "auto_gp" table) has run: no GPU has run it yet.
+    gather_pieces: bool = False
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -172,7 +177,7 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_cb": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64")
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp")
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
 # same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
@@ -218,6 +223,10 @@ def _with_tn64_band(table: tuple[tuple[float, TileConfig], ...]) -> tuple[tuple[
 
 
 TILE_TABLES["auto_w64"] = _with_tn64_band(AUTO_TILE_TABLE)
+# "auto" with gather_pieces on its v1 tiles (A/B runs: it changes the tiles with more activation pieces than
+# threads, i.e. the prefill tile; the others build the same kernels)
+TILE_TABLES["auto_gp"] = tuple((limit, replace(tile, gather_pieces=tile.variant == "v1"))
+                               for limit, tile in AUTO_TILE_TABLE)
 # The down GEMM's decode tile loads each thread's weight bytes straight into registers K chunks ahead
 # (weights_direct), one warpgroup: no ring, no CTA barrier or proxy fence in the main loop. Same-run sweep of
 # 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms of the
@@ -327,6 +336,15 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(DOWN_DIRECT_TN16_TILE, min_blocks=7, n_step=8),
     TN64_STEPPED_TILE,  # (auto_w64's tile from 32 to 64 routed rows per expert)
     TileConfig(128, 4, 1, 0, overlap=True, n_step=32),
+    # gather_pieces (auto_gp): the prefill tile as auto_gp runs it (4 pieces per thread), with the fused epilogue
+    # too; 8 per thread (one warpgroup, TN=128); 2 (auto_w64's TN=64 tile, and a one-warpgroup TN=32 ring); the
+    # resident activations of a one-warpgroup TN=32 direct tile (2 per thread)
+    replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True),
+    replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, quantize_after=True),
+    TileConfig(128, 2, 2, 1, chunks_per_stage=2, gather_pieces=True),
+    replace(TN64_STEPPED_TILE, gather_pieces=True),
+    TileConfig(32, 4, 2, 1, chunks_per_stage=2, gather_pieces=True),
+    TileConfig(32, 1, 1, 1, weights_direct=2, gather_pieces=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -361,6 +379,9 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return AUTO_TILE_TABLE
     if variant == "auto_ov" and kind is not None:
         return tuple((limit, overlapped(tile)) for limit, tile in _unstepped_table("auto", kind, k))
+    if variant == "auto_gp" and kind is not None:
+        return tuple((limit, replace(tile, gather_pieces=tile.variant == "v1"))
+                     for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_w64" and kind is not None:
         return _with_tn64_band(_unstepped_table("auto", kind, k))
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
@@ -421,7 +442,8 @@ def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None
             warpgroups_for(n, tile)
         return tile
     except ValueError:
-        fallback = replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after)
+        fallback = replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after,
+                           gather_pieces=tile.gather_pieces)
         return fit_chunks(stepped(fallback) if step else fallback, k)
 
 
@@ -557,14 +579,17 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     smem = smem_bytes(replace(tile, async_epilogue=async_epilogue), nwg, shape.experts, k)
     threads = threads_for(tile, nwg)
     pieces = tile.tile_tokens * CHUNK_K * 2 // 16  # 16-byte activation pieces per K chunk
-    if tile.variant == "v1" and pieces > threads and pieces % threads:
-        raise ValueError(f"v1 copies a chunk's {pieces} activation pieces (TN={tile.tile_tokens} rows x 8) as at most "
-                         f"one per thread or as a whole number per thread; {threads} threads take neither: {tile}")
+    if tile.gather_pieces and tile.variant != "v1":
+        raise ValueError(f"gather_pieces is a v1 knob: {tile}")
+    gather_pieces = tile.gather_pieces and pieces > threads  # (at most one piece per thread: the same kernel)
+    if gather_pieces and pieces % threads:
+        raise ValueError(f"gather_pieces copies a chunk's {pieces} activation pieces (TN={tile.tile_tokens} rows x 8) "
+                         f"as a whole number per thread; {threads} threads do not divide them: {tile}")
     min_blocks = tile.fused_min_blocks if epilogue == "SwigluQuant" and tile.fused_min_blocks else tile.min_blocks
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
     combine_top_k = shape.top_k if tile.fused_combine and kind == "down_routed" else 0
-    table_tile = any(replace(tile, quantize_after=False, fused_combine=False) == t for _, t in TILE_TABLE) and \
-        not tile.warpgroups and not combine_top_k
+    table_tile = any(replace(tile, quantize_after=False, fused_combine=False, gather_pieces=False) == t
+                     for _, t in TILE_TABLE) and not tile.warpgroups and not combine_top_k and not gather_pieces
     if tile.variant == "ws":
         extra = {"ws": 1, "st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "cps": tile.chunks_per_stage,
                  "ov": int(tile.overlap), **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {}),
@@ -576,7 +601,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
                  "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {}),
                  **({"wd": tile.weights_direct} if tile.weights_direct else {}),
                  **({"cb": combine_top_k} if combine_top_k else {}),
-                 **({"ns": tile.n_step} if tile.n_step else {})}
+                 **({"ns": tile.n_step} if tile.n_step else {}), **({"gp": 1} if gather_pieces else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -585,7 +610,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "proxy_fence": "true" if tile.proxy_fence else "false", "overlap": "true" if tile.overlap else "false",
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
               "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct, "combine_top_k": combine_top_k,
-              "n_step": tile.n_step,
+              "n_step": tile.n_step, "gather_pieces": "true" if gather_pieces else "",
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,

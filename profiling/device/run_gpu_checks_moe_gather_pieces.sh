@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue 4, one H200 call (written 2026-12-05, thirty-third session, without a device; not yet run): v1's activation
+# gather with a whole number of pieces per thread (TileConfig.gather_pieces, off by default; the "auto_gp" table turns it
+# on for auto's v1 tiles, which changes the prefill gate_up tile alone). In the SASS of the prefill fused gate_up it cuts
+# a warp's instructions per 128-K stage from 470-660 to 227-347 (docs/moe_gemm.md, "Next steps").
+#   (1) the MoE GPU tests: every table and extra tile bitwise, the gather_pieces extras among them (4, 8 and 2 pieces per
+#       thread, a resident direct tile), batch invariance across all of them
+#   (2) the layer, auto against auto_gp in one process, two rounds in swapped arm order, T = TOKENS (T=64 runs the same
+#       kernels in both arms: the control); JSONs $DIR/layer_ab_{1,2}.json
+#   (3) memcheck / racecheck on the tiny layer over every tiling
+# If auto_gp wins: gather_pieces becomes auto's (and the engine's GPU tests run on it), then the prefill tiles' sweep
+# (run_gpu_checks_moe_prefill_tiles.sh with gather_pieces=1 in its TILES).
+# The MoE kernels are built on the device (16 cores; the tests' set is too large to carry).
+# Usage (repo root; carry .whl):
+#   OUT=$OUT bash profiling/device/run_gpu_checks_moe_gather_pieces.sh -> $OUT/moe_gather_pieces.tar
+set -uo pipefail
+OUT=${OUT:-runs/moe_gather_pieces}
+TOKENS=${TOKENS:-64,1024,4096,16384}
+BUDGET=${BUDGET:-560}
+DIR="$OUT/moe_gather_pieces"
+mkdir -p "$DIR"
+source profiling/device/gpu_env.sh "$DIR/setup.log"
+tar_on_exit "$DIR"
+log_machine "$DIR/machine.log"
+moe_build 160 "$DIR/build_tests.log" tiny qwen3-30b-a3b
+moe_build 100 "$DIR/build_235b.log" --tables auto,auto_gp --no-extras qwen3-235b-a22b
+gpu_tests 170 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
+layer_ab_swapped "$DIR" 130 110 auto,auto_gp --tokens "$TOKENS"
+moe_sanitizers_left "$DIR" 60
