@@ -118,7 +118,8 @@ def naive_attention_fp64(case: PagedCase, softmax_scale: float | None = None) ->
 # Kernel shapes the GPU tests and bench_attention.py launch: (Hq, Hkv, D, P)
 TEST_SHAPES = ((8, 8, 64, 16), (16, 4, 128, 16), (32, 4, 128, 64), (8, 1, 64, 64), (64, 4, 128, 16),
                (32, 4, 128, 16), (10, 2, 128, 16), (24, 2, 64, 64))
-APPEND_SHAPES = ((2, 64), (4, 128), (8, 128))  # (Hkv, D)
+APPEND_SHAPES = ((2, 64), (4, 128), (8, 128), (2, 256))  # (Hkv, D); 2 x 256: Qwen3-Next's heads (append and
+# gather take head_dim 256, the decode kernels do not)
 APPEND_VARIANTS = ("b2", "b4", "b2_cta128", "b2_cta128_mb12")  # NVFP4 variants the GPU tests launch (+ b1)
 
 

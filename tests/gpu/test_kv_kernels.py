@@ -50,7 +50,7 @@ def _special_rows(k: torch.Tensor) -> torch.Tensor:
                                                   ("nvfp4", "b2_cta128"), ("nvfp4", "b2_cta128_mb12"),
                                                   ("bf16", None)])
 @pytest.mark.parametrize("lengths,hkv,d,p", [([1, 33, 250], 2, 64, 16), ([700, 5], 4, 128, 64),
-                                             ([3000] * 6, 8, 128, 16)])
+                                             ([3000] * 6, 8, 128, 16), ([40, 300], 2, 256, 16)])
 def test_kv_append_bit_exact(cache_format, variant, lengths, hkv, d, p):
     case = kv_testing.make_case(lengths, hkv, hkv, d, p, cache_format, seed=sum(lengths) + d, fill=False)
     k, v = _special_rows(case.k_all), case.v_all
@@ -321,12 +321,13 @@ GATHER_CASES = [  # lengths, Hkv, D, P
     ([700, 5], 4, 128, 64),
     ([20000, 7, 3333], 4, 128, 16),  # long, and a table much wider than two of its sequences
     ([17, 64], 8, 128, 16),
+    ([300, 7], 2, 256, 16),  # head_dim 256 (Qwen3-Next's full-attention layers: 2 kv heads)
 ]
 
 
 @pytest.mark.parametrize("items", [1, 2, 4])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("lengths,hkv,d,p", GATHER_CASES, ids=["short", "p64", "long", "hkv8"])
+@pytest.mark.parametrize("lengths,hkv,d,p", GATHER_CASES, ids=["short", "p64", "long", "hkv8", "d256"])
 def test_kv_gather_bit_exact(lengths, hkv, d, p, dtype, items):
     case = kv_testing.make_case(lengths, 8, hkv, d, p, "nvfp4", seed=sum(lengths) + d + hkv, fill=False)
     k = _special_rows(case.k_all)  # zero rows and blocks, E4M3-subnormal block scales, a tiny row
@@ -383,10 +384,11 @@ def test_kv_gather_rejects_bad_input_on_gpu():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_extend_attention_on_gathered_pages_equals_reference_gather(monkeypatch, dtype):
-    case, k_dev, v_dev = _decode_case("nvfp4", [300, 1, 65, 1000], 32, 4, 128, 16)
+@pytest.mark.parametrize("lengths,hq,hkv,d", [([300, 1, 65, 1000], 32, 4, 128), ([300, 40], 16, 2, 256)])
+def test_extend_attention_on_gathered_pages_equals_reference_gather(monkeypatch, dtype, lengths, hq, hkv, d):
+    case, k_dev, v_dev = _decode_case("nvfp4", lengths, hq, hkv, d, 16)
     table, lens = case.block_table.to(DEV), case.lengths.to(DEV)
-    q = torch.randn(4, 5, 32, 128, generator=torch.Generator().manual_seed(23)).to(DEV, dtype)
+    q = torch.randn(len(lengths), 5, hq, d, generator=torch.Generator().manual_seed(23)).to(DEV, dtype)
     out = attention.extend_attention(q, k_dev, v_dev, table, lens)
     # the same SDPA over the reference gather (torch ops on the GPU): only masked positions differ
     monkeypatch.setattr(attention, "kv_gather", lambda k, v, t, n, dtype, check_values: kv_gather_reference(
