@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trace_kernels import attention, kv_cache, kv_codes, kv_testing, nvfp4
+from trace_kernels import attention, kv_cache, kv_codes, kv_testing, nvfp4, shapes
 from trace_kernels.kv_append import kv_append
 from trace_kernels.kv_gather import kv_gather
 
@@ -214,6 +214,13 @@ def test_kernel_names_and_shapes():
     assert kernel_spec(False, 4, 128) == kv_codegen.spec("bf16", 4, 128)
     assert kernel_spec(True, 4, 128) == kv_codegen.spec("nvfp4", 4, 128, DEFAULT_NVFP4_VARIANT)
     assert kernel_spec(True, 4, 128, "b4") == kv_codegen.spec("nvfp4", 4, 128, "b4")
+    # head_dim 16 has one block per row: the default takes b1 there, and the shape's kernels render
+    assert kernel_spec(True, 2, 16) == kv_codegen.spec("nvfp4", 2, 16, "b1")
+    with pytest.raises(ValueError, match="fewer than 2 blocks"):
+        kv_codegen.spec("nvfp4", 2, 16, DEFAULT_NVFP4_VARIANT)
+    d16 = shapes.parse_custom("E=8,H=256,I=128,k=2,hq=4,hkv=2,hd=16")
+    assert {s.name for s in kv_codegen.specs_for_shape(d16)} == {"kv_append_nvfp4_hkv2_d16_sm90a",
+                                                                  "kv_append_bf16_hkv2_d16_sm90a"}
     assert decode_attention.spec("bf16", 64, 4, 128, 64, "mma").launch["head_groups"] == 1  # GQA 16: 16 MMA rows
     mma2 = decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma2_w2s2")  # tokens as MMA rows, <= 8 heads per CTA
     assert mma2.name == "decode_attention_nvfp4_mma2_w2s2_hq64_hkv4_d128_p16_sm90a" and mma2.launch["head_groups"] == 2

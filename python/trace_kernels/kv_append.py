@@ -115,17 +115,24 @@ def kv_append_reference(k, v, slot_mapping, k_cache, v_cache, *, guidance: bool 
 DEFAULT_NVFP4_VARIANT = "b2_cta128"
 
 
+def default_nvfp4_variant(head_dim: int) -> str:
+    """DEFAULT_NVFP4_VARIANT, or b1 where a row has too few 16-element blocks for it (head_dim 16: one block)."""
+    from trace_kernels.codegen.ops import kv_append as codegen
+    blocks = codegen.VARIANTS[DEFAULT_NVFP4_VARIANT.split("_")[0]]
+    return DEFAULT_NVFP4_VARIANT if (head_dim // 16) % blocks == 0 else "b1"
+
+
 class _GuidancePtrs(ctypes.Structure):  # trace_kernels::GuidancePtrs
     _fields_ = [("scale", ctypes.c_void_p), ("block_scales", ctypes.c_void_p), ("mantissa_bits", ctypes.c_void_p)]
 
 
 def kernel_spec(nvfp4_pages: bool, kv_heads: int, head_dim: int, variant: str = ""):
-    """The kernel an append launches: NVFP4 pages take `variant` ("" = DEFAULT_NVFP4_VARIANT), BF16
+    """The kernel an append launches: NVFP4 pages take `variant` ("" = default_nvfp4_variant), BF16
     pages their one kernel (the NVFP4 default must not leak into them)."""
     from trace_kernels.codegen.ops import kv_append as codegen
     if not nvfp4_pages:
         return codegen.spec("bf16", kv_heads, head_dim, variant or "b1")
-    return codegen.spec("nvfp4", kv_heads, head_dim, variant or DEFAULT_NVFP4_VARIANT)
+    return codegen.spec("nvfp4", kv_heads, head_dim, variant or default_nvfp4_variant(head_dim))
 
 
 def _launch(k, v, slot_mapping, k_cache, v_cache, geom: kv_cache.PageGeometry, guidance: bool,
@@ -167,7 +174,7 @@ def kv_append_nvfp4_op(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Ten
                        v_block_scales: torch.Tensor, v_scale: torch.Tensor, emit_guidance: bool, variant: str = ""
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validated append into NVFP4 pages; returns the K then V guidance (scale, block_scales,
-    mantissa_bits), or six empty tensors without emit_guidance. variant "" = DEFAULT_NVFP4_VARIANT."""
+    mantissa_bits), or six empty tensors without emit_guidance. variant "" = default_nvfp4_variant(D)."""
     k_cache = kv_cache.NVFP4Pages(k_codes, k_block_scales, k_scale)
     v_cache = kv_cache.NVFP4Pages(v_codes, v_block_scales, v_scale)
     if k.device.type == "cpu":
@@ -216,7 +223,7 @@ def kv_append(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor, k_ca
     the status word read by trace_kernels.ops.raise_on_nonfinite, leaving those rows unwritten).
     variant picks the NVFP4 kernel ("b1": one 16-element block per thread, "b2": two, "b4": four;
     "_cta128" sets the threads per CTA, "_mb12" the CTAs per SM its registers must allow; default
-    DEFAULT_NVFP4_VARIANT); BF16 pages have one kernel.
+    DEFAULT_NVFP4_VARIANT, b1 at head_dim 16); BF16 pages have one kernel.
     """
     geom = validate(k, v, slot_mapping, k_cache, v_cache, guidance=guidance, check_values=check_values)
     if variant is not None:

@@ -62,9 +62,9 @@ def spec(cache_format: str, kv_heads: int, head_dim: int, variant: str = "b1") -
 
 
 def specs_for_shape(shape: ModelShape) -> list[KernelSpec]:
-    from trace_kernels.kv_append import DEFAULT_NVFP4_VARIANT  # what an append launches by default
+    from trace_kernels.kv_append import default_nvfp4_variant  # what an append launches by default
     return [spec(f, shape.kv_heads, shape.head_dim) for f in FORMATS] + [
-        spec("nvfp4", shape.kv_heads, shape.head_dim, DEFAULT_NVFP4_VARIANT)]
+        spec("nvfp4", shape.kv_heads, shape.head_dim, default_nvfp4_variant(shape.head_dim))]
 
 
 OP = OpCodegen(NAME, specs_for_shape, "K/V [T, Hkv, D] + slot mapping -> NVFP4 (+ guidance) or BF16 KV pages")
