@@ -96,6 +96,12 @@ def test_generate_leaves_out_an_op_that_cannot_take_the_shape(tmp_path, capsys):
                      "--out", str(tmp_path / "one")]) == 2
     assert "head_dim 256 is not supported" in capsys.readouterr().err
     assert not (tmp_path / "one").exists()
+    # head_dim 96 (16 times 6): no append kernel (rows of a power of two of blocks) and no decode kernel; the rest renders
+    assert cli.main(["generate", "--shape", "E=16,H=512,I=256,k=1,hq=16,hkv=8,hd=96", "--out", str(tmp_path / "d96")]) == 0
+    err = capsys.readouterr().err
+    assert "skipped kv_append: head_dim 96 must be 16 times a power of two" in err and \
+        "skipped decode_attention" in err
+    assert any(p.name.startswith("kv_gather_") for p in (tmp_path / "d96").glob("*.cu"))
     assert cli.main(["generate", "--shape", "E=16,H=512,I=256,k=1,hq=40,hkv=8,hd=128", "--op", "decode_attention",
                      "--out", str(tmp_path / "gqa5")]) == 0
     assert "skipped" not in capsys.readouterr().err

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 
-from trace_kernels.codegen.registry import OpCodegen
+from trace_kernels.codegen.registry import OpCodegen, UnsupportedShape
 from trace_kernels.codegen.spec import KernelSpec, kernel_name
 from trace_kernels.shapes import ModelShape
 
@@ -45,7 +45,8 @@ def spec(cache_format: str, kv_heads: int, head_dim: int, variant: str = "b1") -
     nvfp4 = cache_format == "nvfp4"
     threads_per_row = head_dim // 16 if nvfp4 else head_dim // 8
     if head_dim <= 0 or head_dim % 16 or threads_per_row > 32 or threads_per_row & (threads_per_row - 1):
-        raise ValueError(f"{NAME}: head_dim {head_dim} must be 16 times a power of two, at most 512 (NVFP4) / 256 (BF16)")
+        raise UnsupportedShape(f"{NAME}: head_dim {head_dim} must be 16 times a power of two, at most 512 (NVFP4) / "
+                               f"256 (BF16)")  # (a ValueError: generate / build leave the op out with this reason)
     if threads_per_row % blocks_per_thread:
         raise ValueError(f"{NAME}: head_dim {head_dim} has fewer than {blocks_per_thread} blocks per row")
     threads_per_row //= blocks_per_thread
