@@ -317,8 +317,8 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
   static_assert(COMBINE_TOPK == 0 || EPI == Epilogue::RouterWeight, "the combine belongs to the down GEMM's epilogue");
-  static_assert(NSTEP == 0 || (NSTEP % 8 == 0 && NSTEP < TN && TN % NSTEP == 0),
-                "NSTEP: a multiple of 8 below TN that divides it");
+  static_assert(NSTEP == 0 || (NSTEP % 8 == 0 && NSTEP < TN && TN % (NSTEP ? NSTEP : 1) == 0),
+                "NSTEP: a multiple of 8 below TN that divides it");  // (NSTEP ? : 1: no "% zero" warning at NSTEP = 0)
 
   extern __shared__ uint8_t smem_raw[];
   // Round up to 1024 B (SW128 atoms) by offsetting smem_raw itself, so the compiler still knows every

@@ -111,8 +111,7 @@ template <int E, int N, int K, int TN, int NWG, int STAGES, int CPS, Epilogue EP
 __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   using namespace cute;
   using Smem = MoEWsSmem<TN, NWG, STAGES, CPS, MT, ASYNC_EPI>;
-  constexpr int kConsumers = NWG * 128;
-  constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup
+  constexpr int kConsumers = NWG * 128;  // threads; the producer warpgroup's 128 follow them
   constexpr int kGatherers = ASYNC_EPI ? 32 : 128;  // producer threads that gather activation rows
   constexpr int kConsumerRegs = consumer_regs<NWG, MIN_BLOCKS>();
   static_assert(kConsumerRegs >= 64 && kConsumerRegs >= entry_regs<NWG, MIN_BLOCKS>(),
