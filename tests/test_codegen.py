@@ -241,6 +241,7 @@ def test_generated_sources_compile_for_sm90a(tmp_path, monkeypatch):
         assert entry.is_valid() and entry.cubin.read_bytes()[:4] == b"\x7fELF", spec.name
         report = compiler.parse_ptxas((entry.folder / "ptxas.txt").read_text())
         assert report.registers > 0 and report.spill_stores == 0 and report.stack_frame == 0, spec.name
+        assert "warning" not in report.text, report.text
 
 
 def test_guided_kernels_per_mode():

@@ -371,6 +371,7 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
     for spec, report in zip(specs, reports):
         assert (tmp_path / f"{spec.name}.cubin").stat().st_size > 0
         assert report.spill_stores == report.spill_loads == report.stack_frame == 0, report.text
+        assert "warning" not in report.text, report.text
 
 
 def test_decode_op_traces_with_fake_tensors():
