@@ -23,6 +23,43 @@ from trace_kernels.jit import compiler
 EXTRA_TILES = codegen.EXTRA_TILES
 
 
+def kernel_specs(presets: list[str], tables: tuple[str, ...], extras: bool = True, tiles: str = "") -> dict:
+    """{name: spec} of the MoE kernels main() builds (the GPU tests' set with extras and `tiny`); also
+    prebuild_device_caches.py's `moe_tests` set."""
+    specs = {}
+    if tiles:
+        from sweep_moe_gemm_tiles import explicit_tiles  # (imports torch)
+        sweep_tiles = explicit_tiles(tiles)
+    else:
+        sweep_tiles = []
+    for name in presets:
+        shape = shapes.resolve(name)
+        for spec in codegen.specs_for_shape(shape, tables) + quantize.specs_for_shape(shape):
+            specs[spec.name] = spec
+        for tile in sweep_tiles:
+            for kind in ("gate_up_swiglu", "down_routed"):
+                try:
+                    spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, tile), tile)
+                except ValueError as exc:
+                    print(f"skip {name} {kind} {tile}: {exc}")
+                    continue
+                specs[spec.name] = spec
+        for tile in EXTRA_TILES if extras else ():
+            for kind in codegen.CALL_KINDS:
+                fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
+                try:
+                    spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
+                except ValueError as exc:  # e.g. a resident activation tile larger than this K allows
+                    print(f"skip {name} {kind} {fitted}: {exc}")
+                    continue
+                specs[spec.name] = spec
+    if extras and "tiny" in presets:
+        from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE as odd  # (imports torch)
+        for spec in codegen.specs_for_shape(odd, ("auto",)) + quantize.specs_for_shape(odd):
+            specs[spec.name] = spec
+    return specs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=16)
@@ -32,37 +69,7 @@ def main() -> int:
     parser.add_argument("presets", nargs="*", default=["tiny"])
     args = parser.parse_args()
     tables = tuple(args.tables.split(",")) if args.tables else tuple(codegen.TILE_TABLES)
-    specs = {}
-    for name in args.presets:
-        shape = shapes.resolve(name)
-        for spec in codegen.specs_for_shape(shape, tables) + quantize.specs_for_shape(shape):
-            specs[spec.name] = spec
-        if args.tiles:
-            from sweep_moe_gemm_tiles import explicit_tiles  # (imports torch)
-            sweep_tiles = explicit_tiles(args.tiles)
-        else:
-            sweep_tiles = []
-        for tile in sweep_tiles:
-            for kind in ("gate_up_swiglu", "down_routed"):
-                try:
-                    spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, tile), tile)
-                except ValueError as exc:
-                    print(f"skip {name} {kind} {tile}: {exc}")
-                    continue
-                specs[spec.name] = spec
-        for tile in EXTRA_TILES if args.extras else ():
-            for kind in codegen.CALL_KINDS:
-                fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
-                try:
-                    spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
-                except ValueError as exc:  # e.g. a resident activation tile larger than this K allows
-                    print(f"skip {name} {kind} {fitted}: {exc}")
-                    continue
-                specs[spec.name] = spec
-    if args.extras and "tiny" in args.presets:
-        from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE as odd  # (imports torch)
-        for spec in codegen.specs_for_shape(odd, ("auto",)) + quantize.specs_for_shape(odd):
-            specs[spec.name] = spec
+    specs = kernel_specs(args.presets, tables, args.extras, args.tiles)
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         entries = list(pool.map(jit.build, specs.values()))

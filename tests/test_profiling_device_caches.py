@@ -35,3 +35,8 @@ def test_every_set_names_its_kernels():
         assert specs and all(s.name.endswith("_sm90a") for s in specs), name
     ops = {s.op for s in caches.SETS["other_shapes"]()}
     assert {"decode_attention", "nvfp4_quantize"} <= ops and any(op.startswith("moe") for op in ops)
+    # the gather_pieces call's set: the tests' tiles of both test shapes, and 235B's A/B kernels of both arms
+    moe = {s.name for s in caches.SETS["moe_tests"]()}
+    assert any("_e8_h256_i128_" in n and "_gp1_" in n for n in moe)  # tiny's gather_pieces extra tiles
+    assert any(n.startswith("moe_gemm_gate_up_swiglu_h_nvfp4_e128_h4096_i1536_tn128") and n.endswith("_gp1_sm90a")
+               for n in moe)

@@ -10,8 +10,9 @@
 #   (3) memcheck / racecheck on the tiny layer over every tiling
 # If auto_gp wins: gather_pieces becomes auto's (and the engine's GPU tests run on it), then the prefill tiles' sweep
 # (run_gpu_checks_moe_prefill_tiles.sh with gather_pieces=1 in its TILES).
-# The MoE kernels are built on the device (16 cores; the tests' set is too large to carry).
-# Usage (repo root; carry .whl):
+# The kernels come prebuilt in .tkcache_moe (the moe_build steps then only check it; without it they build on the device,
+# ~2 min of the budget): python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests
+# Usage (repo root; carry .whl and .tkcache_moe, not .tkcache: the three fill most of the 64 MiB):
 #   OUT=$OUT bash profiling/device/run_gpu_checks_moe_gather_pieces.sh -> $OUT/moe_gather_pieces.tar
 set -uo pipefail
 OUT=${OUT:-runs/moe_gather_pieces}
@@ -19,6 +20,7 @@ TOKENS=${TOKENS:-64,1024,4096,16384}
 BUDGET=${BUDGET:-560}
 DIR="$OUT/moe_gather_pieces"
 mkdir -p "$DIR"
+export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
 source profiling/device/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
