@@ -81,9 +81,7 @@ def _check_entry(entry: object, where: str) -> tuple[Key, tuple]:
             raise ValueError(f"{at}: limits (routed rows per expert) must be finite, positive and increasing; got "
                              f"{limit!r} after {previous}")
         tile = _tile(row[1], at)
-        try:
-            codegen.check_tile(tile, k)
-            codegen.warpgroups_for(n, tile)
+        try:  # (gemm_spec checks the tile against K and N, then the kernel's shared memory and pieces)
             codegen.gemm_spec(dims, codegen.launched_kind(kind, tile), tile)
         except ValueError as exc:
             raise ValueError(f"{at}: the tile does not fit this GEMM (N={n}, K={k}): {exc}") from None
@@ -113,14 +111,19 @@ def load(path: str | os.PathLike) -> dict[Key, tuple]:
     return out
 
 
+def _add(tables: dict[Key, tuple], source: str) -> None:
+    """Use tables from now on; a key that another source (file, or env:file) holds raises ValueError."""
+    for key in tables:
+        if key in _registered and _sources[key] != source:
+            raise ValueError(f"MoE tile tables {source}: repeats {key}, already registered from {_sources[key]}")
+    _registered.update(tables)
+    _sources.update(dict.fromkeys(tables, source))
+
+
 def register(path: str | os.PathLike) -> list[Key]:
     """Load a tables file and use its tables from now on; a key another registered file holds raises ValueError."""
     tables = load(path)
-    for key in tables:
-        if key in _registered and _sources[key] != str(path):
-            raise ValueError(f"MoE tile tables {path}: {key} is already registered from {_sources[key]}")
-    _registered.update(tables)
-    _sources.update({key: str(path) for key in tables})
+    _add(tables, str(path))
     return list(tables)
 
 
@@ -140,12 +143,7 @@ def _load_env() -> None:
     for key in [k for k, src in _sources.items() if src.startswith("env:")]:  # a changed variable replaces its files
         del _registered[key], _sources[key]
     for path in filter(None, value.split(os.pathsep)):
-        tables = load(path)
-        for key in tables:
-            if key in _registered:
-                raise ValueError(f"TRACE_KERNELS_MOE_TABLES: {path} repeats {key} (from {_sources[key]})")
-        _registered.update(tables)
-        _sources.update({key: f"env:{path}" for key in tables})
+        _add(load(path), f"env:{path}")  # (TRACE_KERNELS_MOE_TABLES)
     _env_loaded = value
 
 
