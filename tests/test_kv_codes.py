@@ -73,12 +73,18 @@ def test_device_constants_match_the_encoding():
             assert low == (columns[j][t] if t < 3 else 1 << (15 - shifts[j])), (j, t)
 
 
-def test_default_decode_kernel_falls_back_where_mma4_does_not_fit():
+def test_default_decode_kernel_by_gqa_group_and_fallback():
     from trace_kernels import attention
     assert attention.default_variant("nvfp4", 32, 4, 128, 16) == attention.DEFAULT_NVFP4_VARIANT == "mma4l"
     assert attention.default_variant("nvfp4", 32, 4, 128, 8) == attention.NVFP4_FALLBACK_VARIANT  # pages < 16 tokens
     assert attention.default_variant("nvfp4", 64, 32, 128, 16) == attention.NVFP4_FALLBACK_VARIANT  # 64 warps per CTA
     assert attention.default_variant("bf16", 32, 4, 128, 16) == attention.DEFAULT_BF16_VARIANT
+    # GQA groups above 8 (16, 12, 32): the two-column-block kernel; up to 8 (5): mma4l
+    wide = attention.DEFAULT_NVFP4_WIDE_VARIANT
+    for heads in ((64, 4, 128, 16), (96, 8, 128, 16), (24, 2, 64, 64), (128, 4, 128, 16)):
+        assert attention.default_variant("nvfp4", *heads) == wide, heads
+    assert attention.default_variant("nvfp4", 40, 8, 128, 16) == "mma4l"
+    assert attention.default_variant("nvfp4", 64, 4, 128, 8) == attention.NVFP4_FALLBACK_VARIANT  # neither fits
 
 
 def test_bad_code_rows_are_rejected():

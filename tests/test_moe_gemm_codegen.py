@@ -63,8 +63,14 @@ def test_n_step_tiles():
         assert all(not t.n_step for _, t in before)
         assert codegen.tile_table("auto", kind, k) == tuple((limit, codegen.stepped(t)) for limit, t in before)
         assert codegen.tile_for_rows(300 * 8, 128, "auto_cb", k=k, kind=kind, n=n).n_step == 8  # TN=32
-    assert codegen.TILE_TABLES["auto"] == tuple((limit, codegen.stepped(t)) for limit, t in codegen.AUTO_TILE_TABLE)
-    assert codegen.TILE_TABLES["auto_ns0"] == codegen.AUTO_TILE_TABLE
+    # (and their v1 tiles gathering whole activation pieces per thread, but in auto_gp0)
+    def gathered(t):
+        return dataclasses.replace(t, gather_pieces=t.variant == "v1" and t.tile_tokens >= 32)
+
+    assert codegen.TILE_TABLES["auto"] == tuple((limit, codegen.stepped(gathered(t)))
+                                                for limit, t in codegen.AUTO_TILE_TABLE)
+    assert codegen.TILE_TABLES["auto_ns0"] == tuple((limit, gathered(t)) for limit, t in codegen.AUTO_TILE_TABLE)
+    assert codegen.TILE_TABLES["auto_gp0"] == tuple((limit, codegen.stepped(t)) for limit, t in codegen.AUTO_TILE_TABLE)
 
 
 def test_tile_table_and_smem():
@@ -381,16 +387,18 @@ def test_auto_down_gemm_has_its_own_prefill_tile():
             assert codegen.tile_for_rows(tn16, 128, variant, k=k, kind="down_routed", n=2048) == \
                 (codegen.DOWN_DIRECT_TN16_TILE if short_k else codegen.stepped(codegen.TILE_TABLE[1][1]))
             assert codegen.tile_for_rows(13 * 128, 128, variant, k=k, kind="down_routed", n=2048) == \
-                codegen.stepped(codegen.DOWN_TN32_TILE)
+                dataclasses.replace(codegen.stepped(codegen.DOWN_TN32_TILE), gather_pieces=True)
     for tile in (codegen.DOWN_DIRECT_TILE, codegen.DOWN_DIRECT_TN16_TILE):  # the GPU tests check them bitwise
         assert tile.weights_direct and tile in codegen.EXTRA_TILES
     # K = 12288: TN=8 x K bf16 activations exceed the resident cap -> v1's ring tile for the rows
     assert codegen.tile_for_rows(decode, 128, "auto", k=12288, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
-    # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile
-    assert codegen.tile_for_rows(prefill, 8, "auto", k=128, kind="down_routed", n=192) == \
-        codegen.stepped(codegen.TILE_TABLE[-1][1])
-    assert codegen.tile_for_rows(prefill, 8, "auto_ns0", k=128, kind="down_routed", n=192) == codegen.TILE_TABLE[-1][1]
+    # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile, as the variant's v1 tiles run
+    prefill_v1 = codegen.TILE_TABLE[-1][1]
+    for variant, want in (("auto", codegen.stepped(dataclasses.replace(prefill_v1, gather_pieces=True))),
+                          ("auto_ns0", dataclasses.replace(prefill_v1, gather_pieces=True)),
+                          ("auto_gp0", codegen.stepped(prefill_v1))):
+        assert codegen.tile_for_rows(prefill, 8, variant, k=128, kind="down_routed", n=192) == want
     names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"))}
     assert codegen.gemm_spec(shapes.preset("qwen3-30b-a3b"), "down_routed", codegen.WS_PREFILL_DOWN_TILE).name in names
 
@@ -431,10 +439,11 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
 
 
 def test_gather_pieces_kernels_and_refusals():
-    """gather_pieces (off by default, auto_gp's A/B) copies a chunk's TN x 8 activation pieces as a whole number per
-    thread where there are more pieces than threads: its own kernel there ("_gp1"), the same kernel as without it
-    elsewhere; a tile whose pieces do not divide among the threads (TN=24 on one warpgroup: 192 pieces, 128 threads)
-    and a ws tile raise before anything is compiled. Without it every v1 tile keeps the strided loop."""
+    """gather_pieces (auto's v1 tiles; auto_gp0 is auto without it) copies a chunk's TN x 8 activation pieces as a
+    whole number per thread where there are more pieces than threads: its own kernel there ("_gp1"), the same kernel
+    as without it elsewhere; a tile whose pieces do not divide among the threads (TN=24 on one warpgroup: 192
+    pieces, 128 threads) and a ws tile raise before anything is compiled. Without it every v1 tile keeps the strided
+    loop."""
     shape = shapes.preset("tiny")
     gp = {"gather_pieces": True}
     with pytest.raises(ValueError, match="activation pieces"):
@@ -451,10 +460,10 @@ def test_gather_pieces_kernels_and_refusals():
     for tile in (codegen.TileConfig(24, 4, warpgroups=2), codegen.TileConfig(8, 8)):  # at most one piece per thread
         assert codegen.gemm_spec(shape, "gate_up", dataclasses.replace(tile, **gp)).name == \
             codegen.gemm_spec(shape, "gate_up", tile).name
-    # auto_gp differs from auto in the prefill gate_up kernels alone
+    # auto differs from auto_gp0 in the prefill gate_up kernels alone
     for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
         auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
-        gp_names = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_gp",))}
-        assert sorted(n.replace("_gp1", "") for n in gp_names - auto) == sorted(auto - gp_names)
-        assert {n.split("_nvfp4")[0] for n in gp_names - auto} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h"}
-        assert all("_tn128_" in n for n in gp_names - auto)
+        gp0 = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_gp0",))}
+        assert sorted(n.replace("_gp1", "") for n in auto - gp0) == sorted(gp0 - auto)
+        assert {n.split("_nvfp4")[0] for n in auto - gp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h"}
+        assert all("_tn128_" in n and "_gp1_" in n for n in auto - gp0)

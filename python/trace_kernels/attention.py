@@ -140,6 +140,13 @@ MAX_SPLITS = 256
 # (attention_kv_codes_sweep_h200.json); mma2_w2s2 takes the shapes mma4l does not. BF16: mma (q heads as MMA rows),
 # 1.6-2x the FP32 CUDA-core kernel it replaced.
 DEFAULT_NVFP4_VARIANT = "mma4l"
+# GQA groups of 9-16 q heads per kv head: one CTA per kv head's group (two MMA column blocks sharing each dequantized K
+# / V fragment) instead of mma4l's two CTAs that each read and dequantize every byte. Same-call A/B on an H100
+# (thirty-fourth session, profiling/results/attention_decode_wide_gqa{16,12}_h100*.json, two rounds at Qwen3-235B-A22B's
+# 64 x 4 heads, one at GLM-4.5's 96 x 8): at 8 x 32K / 4 x 128K / 32 x 32K 15-21% faster at GQA 16 (32 x 32K 0.377-0.379
+# -> 0.298-0.304 ms) and 19-22% at GQA 12; at 8 x 8K the same at GQA 16, 13% faster at GQA 12. Its one-warp-per-kv-head,
+# 2-stage form ran as fast as mma4l_c16 at GQA 12 and up to 12% faster at GQA 16. Not yet run on an H200.
+DEFAULT_NVFP4_WIDE_VARIANT = "mma4l_w1s2_c16"
 NVFP4_FALLBACK_VARIANT = "mma2_w2s2"
 DEFAULT_BF16_VARIANT = "mma"
 # The decode kernel as a programmatic dependent launch (pdl.cuh): its CTAs may start while the previous kernel on the
@@ -150,16 +157,20 @@ DECODE_PDL = True
 
 @functools.lru_cache(maxsize=None)  # memoized: asked on every launch without variant=
 def default_variant(cache_format: str, q_heads: int, kv_heads: int, head_dim: int, page_size: int) -> str:
-    """The kernel a decode launches without variant=: DEFAULT_NVFP4_VARIANT where it takes the shape
-    (page sizes, kv heads per CTA), else NVFP4_FALLBACK_VARIANT; DEFAULT_BF16_VARIANT for BF16 pages."""
+    """The kernel a decode launches without variant=: DEFAULT_NVFP4_WIDE_VARIANT for GQA groups above 8, else (or
+    where it does not take the shape) DEFAULT_NVFP4_VARIANT where that takes it (page sizes, kv heads per CTA), else
+    NVFP4_FALLBACK_VARIANT; DEFAULT_BF16_VARIANT for BF16 pages."""
     from trace_kernels.codegen.ops import decode_attention as codegen
     if cache_format != "nvfp4":
         return DEFAULT_BF16_VARIANT
-    try:
-        codegen.tiling("nvfp4", q_heads, kv_heads, head_dim, page_size, DEFAULT_NVFP4_VARIANT)
-    except ValueError:
-        return NVFP4_FALLBACK_VARIANT
-    return DEFAULT_NVFP4_VARIANT
+    wide = kv_heads > 0 and q_heads % kv_heads == 0 and q_heads // kv_heads > codegen.MMA2_MAX_HEADS_PER_CTA
+    for variant in (DEFAULT_NVFP4_WIDE_VARIANT,) * wide + (DEFAULT_NVFP4_VARIANT,):
+        try:
+            codegen.tiling("nvfp4", q_heads, kv_heads, head_dim, page_size, variant)
+        except ValueError:
+            continue
+        return variant
+    return NVFP4_FALLBACK_VARIANT
 
 
 class SplitPlan(NamedTuple):

@@ -12,6 +12,7 @@ from trace_kernels import nvfp4
 from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TILE_TABLE, WS_TILE_TABLE, tile_for_rows
 from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE, make_problem, make_weights, random_topk
+from trace_kernels.ops import _common
 from trace_kernels.runtime import capture_graph
 
 pytestmark = pytest.mark.gpu
@@ -281,7 +282,6 @@ def test_cuda_graph_replay_matches_eager(variant):
 def test_capture_without_counters_raises_before_launch(monkeypatch):
     """A fused gate_up inside a CUDA-graph capture while its tile counters do not exist yet: a clear error instead of
     counters whose zero fill only the graph's replay would run."""
-    from trace_kernels.ops import _common
     _, _, i, _ = SHAPES["qwen3-30b-a3b"]
     p = problem("qwen3-30b-a3b", 64, 21)
     r = p.routing
@@ -363,7 +363,7 @@ def test_fused_combine_equals_the_combine_kernel(tokens):
             got = ops.moe_down(a, p.down, r, row_scale=s_a, tile=tile, out=torch.full_like(want, float("nan")))
             torch.cuda.synchronize()
             assert torch.equal(got, want), tile
-        counters = ops._counters[(torch.cuda.current_device(), "combine")]
+        counters = _common._counters[(torch.cuda.current_device(), "combine")]
         assert not counters.any(), tile
     slots = r.slot_rows.clone()
     slots[[0, 1], 0] = slots[[1, 0], 0]  # token 0's first slot now names token 1's row

@@ -74,7 +74,7 @@ class TileConfig:
     # v1 tiles with more 16-byte activation pieces per K chunk than threads (the prefill TN=128 tile): each thread
     # copies a whole number of pieces, their source rows looked up once per CTA instead of per piece and chunk (about
     # half of the prefill stage's instructions in SASS, thirty-second session). Ignored where a chunk has at most one
-    # piece per thread. Off until its A/B on the H200 (the "auto_gp" table) has run: no GPU has run it yet.
+    # piece per thread. "auto" sets it on its v1 tiles (tile_table; the A/B table "auto_gp0" runs auto without it).
     gather_pieces: bool = False
 
 
@@ -177,7 +177,7 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_cb": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp")
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0")
 # Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
 # 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
 # same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
@@ -223,10 +223,12 @@ def _with_tn64_band(table: tuple[tuple[float, TileConfig], ...]) -> tuple[tuple[
 
 
 TILE_TABLES["auto_w64"] = _with_tn64_band(AUTO_TILE_TABLE)
-# "auto" with gather_pieces on its v1 tiles (A/B runs: it changes the tiles with more activation pieces than
-# threads, i.e. the prefill tile; the others build the same kernels)
-TILE_TABLES["auto_gp"] = tuple((limit, replace(tile, gather_pieces=tile.variant == "v1"))
-                               for limit, tile in AUTO_TILE_TABLE)
+# "auto" without gather_pieces on its v1 tiles (A/B runs; per GEMM kind through tile_table). It changes the tiles with
+# more activation pieces than threads, i.e. the prefill gate_up tile; the others build the same kernels. Same-call A/B
+# on an H100 (thirty-fourth session, profiling/results/moe_gather_pieces_h100.json, two rounds, arms swapped): the
+# layer 6-16% faster at T=4096 and 16384 on both presets (30B T=16384 3.30 / 3.56 -> 3.10 / 3.00 ms, its fused gate_up
+# 1.92 -> 1.65 ms; 235B 11.81 / 12.13 -> 11.18 / 10.82), the same at T=64 (same kernels) and T=1024.
+TILE_TABLES["auto_gp0"] = AUTO_TILE_TABLE
 # The down GEMM's decode tile loads each thread's weight bytes straight into registers K chunks ahead
 # (weights_direct), one warpgroup: no ring, no CTA barrier or proxy fence in the main loop. Same-run sweep of
 # 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms of the
@@ -336,7 +338,7 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(DOWN_DIRECT_TN16_TILE, min_blocks=7, n_step=8),
     TN64_STEPPED_TILE,  # (auto_w64's tile from 32 to 64 routed rows per expert)
     TileConfig(128, 4, 1, 0, overlap=True, n_step=32),
-    # gather_pieces (auto_gp): the prefill tile as auto_gp runs it (4 pieces per thread), with the fused epilogue
+    # gather_pieces: the prefill tile as auto runs it (4 pieces per thread), with the fused epilogue
     # too; 8 per thread (one warpgroup, TN=128); 2 (auto_w64's TN=64 tile, and a one-warpgroup TN=32 ring); the
     # resident activations of a one-warpgroup TN=32 direct tile (2 per thread)
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True),
@@ -368,10 +370,23 @@ def tile_table(variant: str, kind: str | None = None,
                k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
     """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and its K) where "auto"
     has its own."""
-    if variant == "auto_ns0":
-        return _unstepped_table("auto", kind, k)
-    table = _unstepped_table(variant, kind, k)
-    return tuple((limit, stepped(tile)) for limit, tile in table) if variant in AUTO_TABLES else table
+    if variant in ("auto_ns0", "auto_gp0"):
+        table = _unstepped_table("auto", kind, k)
+    else:
+        table = _unstepped_table(variant, kind, k)
+    if variant not in AUTO_TABLES:
+        return table
+    return tuple((limit, _auto_tile(tile, variant)) for limit, tile in table)
+
+
+def _auto_tile(tile: TileConfig, variant: str) -> TileConfig:
+    """An auto table's tile as it runs: stepped (but in auto_ns0), its v1 tiles of more activation pieces per K chunk
+    than one warpgroup's threads (TN >= 32) gathering whole pieces per thread (but in auto_gp0)."""
+    if variant != "auto_ns0":
+        tile = stepped(tile)
+    if variant != "auto_gp0" and tile.variant == "v1" and tile.tile_tokens * 8 > 128:
+        tile = replace(tile, gather_pieces=True)
+    return tile
 
 
 def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tuple[float, TileConfig], ...]:
@@ -379,9 +394,6 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return AUTO_TILE_TABLE
     if variant == "auto_ov" and kind is not None:
         return tuple((limit, overlapped(tile)) for limit, tile in _unstepped_table("auto", kind, k))
-    if variant == "auto_gp" and kind is not None:
-        return tuple((limit, replace(tile, gather_pieces=tile.variant == "v1"))
-                     for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_w64" and kind is not None:
         return _with_tn64_band(_unstepped_table("auto", kind, k))
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
@@ -417,7 +429,7 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
     tile = _table_tile(tile_table(name, kind, k), average)
     if k is None:
         return tile
-    return auto_fallback(tile, k, average, n, name != "auto_ns0") if name in AUTO_TABLES else fit_chunks(tile, k)
+    return auto_fallback(tile, k, average, n, name) if name in AUTO_TABLES else fit_chunks(tile, k)
 
 
 def fit_chunks(tile: TileConfig, k: int) -> TileConfig:
@@ -433,18 +445,17 @@ def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> 
     return next((tile for limit, tile in table if average <= limit), table[-1][1])
 
 
-def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None, step: bool = True) -> TileConfig:
-    """v1's tile for `average` rows per expert where the "auto" table's tile does not fit K (or N); stepped
-    like auto's v1 tiles (step=False: auto_ns0's)."""
+def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None, variant: str = "auto") -> TileConfig:
+    """v1's tile for `average` rows per expert where the `variant` auto table's tile does not fit K (or N), as that
+    table's v1 tiles run (_auto_tile)."""
     try:
         check_tile(tile, k)
         if n is not None:
             warpgroups_for(n, tile)
         return tile
     except ValueError:
-        fallback = replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after,
-                           gather_pieces=tile.gather_pieces)
-        return fit_chunks(stepped(fallback) if step else fallback, k)
+        fallback = replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after)
+        return fit_chunks(_auto_tile(fallback, variant), k)
 
 
 @dataclass(frozen=True)
@@ -652,7 +663,7 @@ def specs_for_shape(shape: ModelShape, variants: tuple[str, ...] | None = None) 
                 if tuned:  # checked when loaded: the tiles run as they are
                     fitted = tile
                 elif name in AUTO_TABLES:
-                    fitted = auto_fallback(tile, k, limit, n, name != "auto_ns0")
+                    fitted = auto_fallback(tile, k, limit, n, name)
                 else:
                     fitted = fit_chunks(tile, k)
                 spec = gemm_spec(shape, launched_kind(kind, fitted), fitted)
