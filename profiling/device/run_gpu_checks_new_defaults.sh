@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The two defaults the thirty-fourth session (2026-12-05) moved after same-call A/Bs on an H100, checked in one call,
-# every step under `timeout` (BUDGET s):
-#   - auto's v1 prefill tiles gather whole activation pieces per thread (TileConfig.gather_pieces; "auto_gp0" is auto
-#     without it): the MoE GPU tests on the new auto tables, then the layer auto against auto_gp0 (T=64 runs the same
-#     kernels in both arms: the control)
-#   - decode at GQA groups above 8 runs mma4l_w1s2_c16 (attention.DEFAULT_NVFP4_WIDE_VARIANT): the KV GPU tests at
-#     GQA 16 / 12 and the default's, then bench_attention.py at Qwen3-235B-A22B's heads (64 x 4 x 128) with mma4l
-#     against it, and at issue 5's heads (32 x 4 x 128, mma4l, unchanged) for the card's standing
-#   - the RL layer's GPU tests, if time is left
-# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT bash profiling/device/run_gpu_checks_new_defaults.sh
+# every step under `timeout` (BUDGET s), in this order:
+#   1. the MoE GPU tests on the new auto tables (auto's v1 prefill tiles gather whole activation pieces per thread,
+#      TileConfig.gather_pieces; "auto_gp0" is auto without it)
+#   2. the KV GPU tests at GQA 16 / 12 (groups above 8 now run mma4l_w1s2_c16, attention.DEFAULT_NVFP4_WIDE_VARIANT)
+#   3. the RL layer's GPU tests (the engine's prefill runs the gathering tile)
+#   4. while time is left: the layer auto against auto_gp0 (T=64 runs the same kernels in both arms: the control);
+#      bench_attention.py at Qwen3-235B-A22B's heads (64 x 4 x 128), mma4l against mma4l_w1s2_c16, and at issue 5's
+#      (32 x 4 x 128, mma4l, unchanged) for the card's standing
+# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=570] bash profiling/device/run_gpu_checks_new_defaults.sh
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests kv wide engine
 #   -> $OUT/new_defaults.tar
 set -uo pipefail
@@ -24,18 +24,16 @@ log_machine "$DIR/machine.log"
 moe_build 120 "$DIR/build_tests.log" tiny qwen3-30b-a3b
 moe_build 90 "$DIR/build_235b.log" --tables auto,auto_gp0 --no-extras qwen3-235b-a22b
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-layer_ab_round "$DIR" 1 110 --variants auto,auto_gp0 --tokens 64,4096,16384
-
-gpu_tests 90 "$DIR/kv_tests.log" -m gpu tests/gpu/test_kv_kernels.py -k "wide or c16 or 64-4-128 or 24-2-64 or default"
+gpu_tests 90 "$DIR/kv_tests.log" -m gpu tests/gpu/test_kv_kernels.py -k "wide or c16 or 64-4-128 or 24-2-64"
+gpu_tests 100 "$DIR/rl_gpu_tests.log" -m gpu tests/rl
 bench() {  # bench NAME HEADS VARIANTS LIMIT
   timeout "$4" python3 profiling/bench_attention.py --decode-only --heads "$2" --nvfp4-variants "$3" \
     --bf16-variants mma --out "$DIR/attention_$1.json" > "$DIR/attention_$1.log" 2>&1
   echo "attention $1 $2 exit $? (${SECONDS}s)"
   grep -iE "\| +(nvfp4|sdpa)" "$DIR/attention_$1.log" | cut -c1-110 | head -16
 }
-bench gqa16 64x4x128x16 mma4l,mma4l_w1s2_c16 100
-bench gqa8 32x4x128x16 mma4l 80
-if [ "$(left)" -gt 80 ]; then
-  gpu_tests $(( $(left) - 5 )) "$DIR/rl_gpu_tests.log" -m gpu tests/rl
-fi
+# (each step while the call's BUDGET leaves room for it: a call may be lent less than 10 minutes)
+[ "$(left)" -gt 120 ] && layer_ab_round "$DIR" 1 110 --variants auto,auto_gp0 --tokens 64,4096,16384
+[ "$(left)" -gt 110 ] && bench gqa16 64x4x128x16 mma4l,mma4l_w1s2_c16 100
+[ "$(left)" -gt 90 ] && bench gqa8 32x4x128x16 mma4l 80
 echo "== done ($(left)s left)"
