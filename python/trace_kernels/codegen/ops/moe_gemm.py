@@ -225,7 +225,7 @@ def _with_tn64_band(table: tuple[tuple[float, TileConfig], ...]) -> tuple[tuple[
 TILE_TABLES["auto_w64"] = _with_tn64_band(AUTO_TILE_TABLE)
 # "auto" without gather_pieces on its v1 tiles (A/B runs; per GEMM kind through tile_table). It changes the tiles with
 # more activation pieces than threads, i.e. the prefill gate_up tile; the others build the same kernels. Same-call A/B
-# on an H100 (thirty-fourth session, profiling/results/moe_gather_pieces_h100.json, two rounds, arms swapped): the
+# on an H100 (thirty-fourth session, profiling/results/moe_gather_pieces_h100_round{1,2}.json, arms swapped): the
 # layer 6-16% faster at T=4096 and 16384 on both presets (30B T=16384 3.30 / 3.56 -> 3.10 / 3.00 ms, its fused gate_up
 # 1.92 -> 1.65 ms; 235B 11.81 / 12.13 -> 11.18 / 10.82), the same at T=64 (same kernels) and T=1024.
 TILE_TABLES["auto_gp0"] = AUTO_TILE_TABLE
