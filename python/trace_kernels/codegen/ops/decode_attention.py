@@ -33,7 +33,8 @@ PAGE_SIZES = (16,)  # AOT set; any positive page size renders
 #           fallback of the shapes mma4l does not take is mma2_w2s2
 #   "mma4l[_w<W>s<S>[b<N>]][_c16]"  NVFP4: mma2's tile body with every kv head of a (sequence, split) in one CTA and
 #           lazy softmax rescaling (attention_decode_mma4.cuh), the default; _c16: up to 16 q heads per kv head in one
-#           CTA (two n8 MMA column blocks sharing each dequantized fragment), for GQA groups above 8
+#           CTA (two n8 MMA column blocks sharing each dequantized fragment), for GQA groups above 8 (mma4l_w1s2_c16
+#           their default)
 MMA_MAX_HEADS_PER_CTA = 16  # the M rows of one m16n8k16 MMA
 MMA2_MAX_HEADS_PER_CTA = 8  # the N columns of one m16n8k16 MMA (tokens are the M rows)
 MMA4_WIDE_HEADS_PER_CTA = 16  # mma4l_c16: two MMA column blocks
@@ -57,8 +58,9 @@ MMA4_MAX_SMEM = 227 * 1024  # per CTA on sm_90
 # mma2_w2s2 and mma4l; docs/kv_cache.md) and the (Hq, Hkv, D, P) they are built for
 CONFIG_TEST_VARIANTS = ("mma2_w1s2", "mma2_w4s2", "mma4l_w1s2", "mma4l_w4s2", "mma4l_w1s3")
 CONFIG_TEST_SHAPES = ((32, 4, 128, 16), (64, 4, 128, 16), (8, 1, 64, 64))
-# mma4l_c16 (GQA groups above 8 in one CTA per kv head; not a default: no GPU has run it yet) and the (Hq, Hkv, D, P)
-# the GPU tests build it for: Qwen3-235B-A22B's GQA 16, GLM-4.5's GQA 12 at D 128 and at D 64 with 64-token pages
+# mma4l_c16 (GQA groups above 8 in one CTA per kv head; its w1s2 form is their default, attention.py) and the
+# (Hq, Hkv, D, P) the GPU tests build it for: Qwen3-235B-A22B's GQA 16, GLM-4.5's GQA 12 at D 128 and at D 64 with
+# 64-token pages
 WIDE_TEST_VARIANTS = ("mma4l_c16", "mma4l_w1s4_c16", "mma4l_w1s2_c16")
 WIDE_TEST_SHAPES = ((64, 4, 128, 16), (96, 8, 128, 16), (24, 2, 64, 64))
 

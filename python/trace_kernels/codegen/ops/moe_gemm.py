@@ -113,7 +113,7 @@ TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
 # 0.1678 vs 0.1698 on 235B; the fused gate_up the other way round: 0.0878 vs 0.0889, 0.2836 vs 0.2944).
 DOWN_TN32_TILE = TileConfig(tile_tokens=32, stages=3, chunks_per_stage=2, fused_min_blocks=4)
 
-# The ws variant's table (not yet run on a GPU; same boundaries as v1 until the sweep says otherwise).
+# The ws variant's table (same boundaries as v1; "auto" takes ws tiles only where its sweeps said so).
 # Decode: 128 weight rows x 128 K per stage (8 KB codes + 1 KB scales + TN x 256 B tokens), 5 stages,
 # 2 CTAs/SM: ~100 KB of weights in flight per SM. Prefill: 64-K stages, overlapped main loop, 1 CTA/SM.
 WS_TILE_TABLE: tuple[tuple[float, TileConfig], ...] = (
