@@ -114,7 +114,8 @@ def _decode_case(cache_format, lengths, hq, hkv, d, p):
     return case, k_dev, v_dev
 
 
-KERNELS = [("nvfp4", "mma2_w2s2"), ("nvfp4", "mma4l"), ("bf16", "mma")]
+# (None: the launch default, attention.default_variant: mma4l, or mma4l_w1s2_c16 at the GQA 16 and 12 cases)
+KERNELS = [("nvfp4", "mma2_w2s2"), ("nvfp4", "mma4l"), ("nvfp4", None), ("bf16", "mma")]
 NVFP4_VARIANTS = ["mma2_w2s2", "mma4l"]
 # other occupancy configurations: mma2 (one kv head per CTA) and mma4l (whole pages per CTA)
 SWEEP_VARIANTS = decode_attention_codegen.CONFIG_TEST_VARIANTS
