@@ -12,6 +12,8 @@ time plain Python launches (includes host launch overhead). Contenders per (shap
              kernel variant in --variants (codegen.ops.moe_gemm.TILE_TABLES; each variant's table
              tile); top-level nvfp4_* fields are the first variant's, `variants` holds all of them
   nvfp4_plain_gate_up  the gate_up GEMM with the plain bf16 epilogue (fused-epilogue cost)
+  nvfp4_combine        moe_down's second launch alone (the ordered combine of the FP32 per-slot rows; not for
+                       fused_combine down tiles): how much of the down time re-reads the [M, H] FP32 rows
   bf16_grouped_mm      torch._grouped_mm gate_up + down on the same sorted rows (BF16 weights)
   roofline   bytes the NVFP4 path must move / copy bandwidth measured in the same run
 Bytes counted for the roofline: NVFP4 weights (codes + E4M3 scales) of the experts that received
@@ -200,6 +202,12 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
                 res["nvfp4_ms"] = timer(nvfp4_layer, graph=True)
                 res["nvfp4_gate_up_fused_ms"] = timer(fused_gate_up, graph=True)
                 res["nvfp4_gate_up_plain_ms"] = timer(plain_gate_up, graph=True)
+                if not down_tile.fused_combine:  # the down time's share that reads the FP32 per-slot rows again
+
+                    def combine(ys=ys, slot_rows=routing.slot_rows, y=y):
+                        ops._launch_combine(ys, slot_rows, y, e, i, pdl=False)
+
+                    res["nvfp4_combine_ms"] = timer(combine, graph=True)
             finally:
                 ops.FOLLOW_UP_PDL = True
             res["nvfp4_down_ms"] = res["nvfp4_ms"] - res["nvfp4_gate_up_fused_ms"]
@@ -254,7 +262,9 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         per_variant = " | ".join(
             f"{v} {r['nvfp4_ms']:.4f} ms ({100 * r['nvfp4_bandwidth_fraction']:.0f}% bw, "
             f"x{r.get('speedup_vs_bf16', float('nan')):.2f}, fused {r['nvfp4_gate_up_fused_ms']:.4f} "
-            f"plain {r['nvfp4_gate_up_plain_ms']:.4f})" for v, r in row["variants"].items())
+            f"plain {r['nvfp4_gate_up_plain_ms']:.4f}"
+            + (f" combine {r['nvfp4_combine_ms']:.4f}" if "nvfp4_combine_ms" in r else "") + ")"
+            for v, r in row["variants"].items())
         print(f"{shape.name:16s} T={t:6d} roofline {row['roofline_ms']:.4f} ms bf16 "
               f"{row.get('bf16_grouped_mm_ms', float('nan')):.4f} ms | {per_variant}"
               + (f" by tile gate_up {row['gate_up_fused_ms_by_tile']} down {row['down_ms_by_tile']}" if sweep_tiles else ""),

@@ -331,13 +331,21 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
         return out
     _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, out_f32=ys,
                  row_weight=routing.row_weight, pdl=pdl)
-    spec, kernel = _combine_plan(weights.num_experts, hidden, weights.k, top_k)
+    _launch_combine(ys, routing.slot_rows, out, weights.num_experts, weights.k, pdl=FOLLOW_UP_PDL)
+    return out
+
+
+def _launch_combine(ys: torch.Tensor, slot_rows: torch.Tensor, out: torch.Tensor, experts: int, inter: int,
+                    pdl: bool) -> None:
+    """moe_down's second launch, the ordered top-k combine: float32 per-slot rows ys [M, H] -> bf16 out [T, H]
+    (inputs checked by moe_down; profiling/bench_moe_gemm.py also times it alone)."""
+    t, top_k = slot_rows.shape
+    spec, kernel = _combine_plan(experts, ys.shape[1], inter, top_k)
     from .runtime import i64, ptr
-    device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    device_index = ys.device.index if ys.device.index is not None else torch.cuda.current_device()
     with nvtx.annotate("moe_combine"):
         kernel.launch(device_index, (t, 1, 1), (spec.launch["threads"], 1, 1),
-                      [ptr(ys), ptr(routing.slot_rows), ptr(out), i64(t)], pdl=FOLLOW_UP_PDL)
-    return out
+                      [ptr(ys), ptr(slot_rows), ptr(out), i64(t)], pdl=pdl)
 
 
 # ------------------------------------------------------------------------------------------------
