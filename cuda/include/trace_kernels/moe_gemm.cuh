@@ -434,8 +434,8 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       a_dst = n * 128 + ((c ^ (n & 7)) << 4);
     }
   }
-  // More pieces than threads (TN * 8 > kThreads: the prefill tiles). GATHER_PIECES (TileConfig.gather_pieces, off
-  // until its H200 A/B): piece j of this thread is row tid / 8 + j * kThreads / 8, the same 16 B column tid % 8 of
+  // More pieces than threads (TN * 8 > kThreads: the prefill tiles). GATHER_PIECES (TileConfig.gather_pieces, on in
+  // "auto"'s v1 tiles): piece j of this thread is row tid / 8 + j * kThreads / 8, the same 16 B column tid % 8 of
   // every row, so its destination is piece 0's plus j * kThreads / 8 rows (rows that many apart have the same low
   // three bits, which the swizzle XORs) and its source row is looked up once here. (Looked up per piece and chunk,
   // with 64-bit address math and the loop's bounds, the gather is about half of the 470-660 instructions a warp

@@ -20,6 +20,7 @@ a tuned table of the call's GEMM (trace_kernels.moe_tables: TRACE_KERNELS_MOE_TA
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 
@@ -366,6 +367,7 @@ def launched_kind(kind: str, tile: TileConfig) -> str:
     return "gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind
 
 
+@functools.lru_cache(maxsize=None)  # asked on every launch without tile=; built from this module's constants
 def tile_table(variant: str, kind: str | None = None,
                k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
     """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and its K) where "auto"
