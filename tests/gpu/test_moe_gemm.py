@@ -416,6 +416,41 @@ def test_nonfinite_swiglu_sets_the_status_word(variant):
         ref.moe_gate_up_ref(x.cpu(), p.gate_up.to("cpu"), r.offsets.cpu(), row_index=r.row_index.cpu())
 
 
+@pytest.mark.parametrize("tokens", [8, 300])
+def test_torch_ops_give_the_eager_bits_and_compile(tokens):
+    """torch.ops.trace_kernels.moe_* on CUDA tensors (what torch.compile traces) give the eager calls' bits, called
+    directly and inside torch.compile(fullgraph=True); their fake impls agree with the real outputs."""
+    p = problem("qwen3-30b-a3b", tokens, 500 + tokens)
+    r, w, d = p.routing, p.gate_up, p.down
+    m, (_, h, i, _) = r.num_rows, SHAPES["qwen3-30b-a3b"]
+    want_y = ops.moe_gemm(p.a, w, r.offsets, row_index=r.row_index, row_scale=p.s_a,
+                          out=torch.full((m, 2 * i), float("nan"), dtype=torch.bfloat16, device="cuda"))
+    want_up = ops.moe_gate_up(p.a, w, r.offsets, row_index=r.row_index, row_scale=p.s_a, out=_poisoned_gate_up(m, i))
+    want_out = ops.moe_down(want_up.a_next, d, r, row_scale=want_up.q.scale,
+                            out=torch.full((tokens, h), float("nan"), dtype=torch.bfloat16, device="cuda"))
+    want = (want_up.h, want_up.q.codes, want_up.q.block_scales, want_up.q.scale, want_up.a_next,
+            want_up.mantissa_bits, want_out)
+    assert not want_out.isnan().any() and not want_y.isnan().any()
+
+    def layer(a, s_a):  # [T, H] bf16, [T] fp32 -> the gate_up's six outputs and the combined [T, H]
+        up = torch.ops.trace_kernels.moe_gate_up(a, w.codes, w.block_scales, w.scale, r.offsets, r.row_index, s_a, 0)
+        out = torch.ops.trace_kernels.moe_down(up[4], d.codes, d.block_scales, d.scale, r.offsets, r.row_index,
+                                               r.slot_rows, r.row_weight, up[3], 0)
+        return (*up, out)
+
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    for name, got in (("direct", layer(p.a, p.s_a)), ("compiled", compiled(p.a, p.s_a))):
+        for index, (g, x) in enumerate(zip(got, want)):
+            assert g.dtype == x.dtype and g.shape == x.shape, (name, index)
+            assert torch.equal(g.view(torch.uint8), x.view(torch.uint8)), (name, index)
+    args = (p.a, w.codes, w.block_scales, w.scale, r.offsets, r.row_index, p.s_a, 0)
+    assert torch.equal(torch.ops.trace_kernels.moe_gemm(*args), want_y)
+    down_args = (want_up.a_next, d.codes, d.block_scales, d.scale, r.offsets, r.row_index, r.slot_rows,
+                 r.row_weight, want_up.q.scale, 0)
+    for op, op_args in ((ops.moe_gemm_op, args), (ops.moe_gate_up_op, args), (ops.moe_down_op, down_args)):
+        torch.library.opcheck(op, op_args, test_utils=("test_faketensor",))
+
+
 def test_bad_inputs_raise_before_launch():
     p = problem("tiny", 16, 9)
     r = p.routing
