@@ -209,7 +209,8 @@ def copy_study(sizes_mb: list[int], l2: int) -> list[dict]:
     return out
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """This script's options (profiling/bench.py's memory section takes their defaults from here)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes-mb", default="1,4,16,64,256,1024")
     parser.add_argument("--copy-study-mb", default="64,256,512,1024,2048", help="empty: skip the copy study")
@@ -235,6 +236,11 @@ def main(argv=None) -> int:
     for item in (i for i in args.guided_v7_geometry.split(",") if i):
         mode, geometry = item.split("=")
         codegen_guided.V7_GEOMETRY[mode] = tuple(int(n) for n in geometry.split("x"))
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
