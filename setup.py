@@ -1,7 +1,7 @@
 """Build hooks for trace-kernels (metadata lives in pyproject.toml).
 
-build_py copies the Jinja templates (codegen/templates) and CUDA headers (cuda/include) into the
-wheel as trace_kernels/_data/{templates,include}, the RL configs (rl/configs) as trace_rl/_configs, and, when nvcc is found, compiles the presets in
+build_py copies the Jinja templates (codegen/templates), the built-in MoE tile tables (codegen/moe_tables) and CUDA
+headers (cuda/include) into the wheel as trace_kernels/_data/{templates,moe_tables,include}, the RL configs (rl/configs) as trace_rl/_configs, and, when nvcc is found, compiles the presets in
 TRACE_KERNELS_AOT (default "tiny"; "0" or empty skips) into trace_kernels/_data/aot with a
 manifest.json. Without nvcc, or for editable installs, the AOT step is skipped with a note: the
 package is pure Python and JIT-compiles kernels on first use.
@@ -31,7 +31,8 @@ class BuildPyWithKernels(build_py):
             _note("editable install: templates and headers are read from the checkout; no AOT build")
             return
         data = Path(self.build_lib) / "trace_kernels" / "_data"
-        for src, dst in (("codegen/templates", data / "templates"), ("cuda/include", data / "include"),
+        for src, dst in (("codegen/templates", data / "templates"), ("codegen/moe_tables", data / "moe_tables"),
+                         ("cuda/include", data / "include"),
                          ("rl/configs", Path(self.build_lib) / "trace_rl" / "_configs")):
             shutil.rmtree(dst, ignore_errors=True)
             shutil.copytree(ROOT / src, dst)

@@ -33,7 +33,7 @@ import sys
 
 import torch
 
-from trace_kernels import env, moe_gemm as ops
+from trace_kernels import env, moe_gemm as ops, moe_tables
 from trace_kernels import shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_layout import CODE_RECORD_BYTES, SCALE_RECORD_BYTES, MoEWeights
@@ -341,6 +341,8 @@ def main(argv=None) -> int:
               "commit": git_commit(), "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
               "torch": torch.__version__, "copy_bandwidth_bytes_per_s": bw, "reps": args.reps,
               "moe_tables": env.get("MOE_TABLES"),  # tuned tile tables auto's calls used (trace_kernels.moe_tables)
+              "moe_builtin_tables": [f"{kind} E={e} N={n} K={k}: {os.path.basename(source)}"  # and the shipped ones
+                                     for (kind, e, n, k), source, _, replaced in moe_tables.builtin() if not replaced],
               "results": results}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

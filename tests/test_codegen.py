@@ -213,11 +213,13 @@ def test_templates_found_in_wheel_layout(tmp_path, monkeypatch):
     data = tmp_path / "_data"
     shutil.copytree(root / "codegen" / "templates", data / "templates")
     shutil.copytree(root / "cuda" / "include", data / "include")
+    shutil.copytree(root / "codegen" / "moe_tables", data / "moe_tables")
     monkeypatch.setattr(paths, "checkout_root", lambda: None)
     monkeypatch.setattr(paths, "DATA_DIR", data)
     spec = quantize.spec("bf16", 64)
     assert paths.templates_dir() == data / "templates"
     assert paths.include_dir() == data / "include"
+    assert paths.moe_tables_dir() == data / "moe_tables"
     assert spec.name in spec.render()
     monkeypatch.setattr(paths, "DATA_DIR", tmp_path / "missing")
     with pytest.raises(FileNotFoundError, match="broken install"):

@@ -27,6 +27,7 @@ def _gate_up(rows, experts=8, n=256, k=256, kind="gate_up_swiglu"):
 @pytest.fixture(autouse=True)
 def no_tables(monkeypatch):
     monkeypatch.delenv(env.PREFIX + "MOE_TABLES", raising=False)
+    monkeypatch.delenv(env.PREFIX + "MOE_BUILTIN_TABLES", raising=False)
     moe_tables.clear()
     yield
     moe_tables.clear()
@@ -130,3 +131,41 @@ def test_tables_from_sweep_results(tmp_path):
     path = tmp_path / "swept.json"
     moe_tables.write(path, [entry], {"gpu": "test"})
     assert moe_tables.load(path) == {("down_routed", 8, 256, 128): tuple(rows)}
+
+
+GPT_OSS = ("gate_up_swiglu", 128, 5760, 2880)  # gpt-oss-120b's fused gate_up (E=128, H=I=2880)
+
+
+def test_builtin_tables_load_and_decide_their_shapes(monkeypatch):
+    """The shipped tables (codegen/moe_tables) pass the file checks, cover both GEMMs of each shape, and decide auto's
+    tiles for their shapes only; TRACE_KERNELS_MOE_BUILTIN_TABLES=0 leaves them out."""
+    from trace_kernels import paths
+    files = sorted(paths.moe_tables_dir().glob("*.json"))
+    assert [f.name for f in files] == ["gpt-oss-120b_h200.json", "mixtral-8x7b_h200.json"]
+    for f in files:
+        tables = moe_tables.load(f)
+        assert sorted(key[0] for key in tables) == ["down_routed", "gate_up_swiglu"], f
+        assert json.loads(f.read_text())["measured"]["gpu"] == "NVIDIA H200"
+    shipped = {key: table for key, _, table, replaced in moe_tables.builtin() if not replaced}
+    assert len(shipped) == 4 and GPT_OSS in shipped
+    assert moe_tables.registered() == []  # built-ins are not registered tables
+    kind, experts, n, k = GPT_OSS
+    tuned = codegen.tile_for_rows(16384, experts, k=k, kind=kind, n=n)  # 128 routed rows per expert
+    assert tuned == shipped[GPT_OSS][-1][1] and tuned.tile_tokens == 64
+    assert any(s.name == codegen.gemm_spec(codegen.MoEDims(experts, k, n // 2), codegen.launched_kind(kind, tuned), tuned).name
+               for s in codegen.specs_for_shape(shapes.parse_custom("E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64")))
+    assert moe_tables.lookup("gate_up_swiglu", 128, 4096, 2048) is None  # Qwen3-30B-A3B keeps auto's tables
+    monkeypatch.setenv(env.PREFIX + "MOE_BUILTIN_TABLES", "0")
+    assert moe_tables.lookup(*GPT_OSS) is None and moe_tables.builtin() == []
+    assert codegen.tile_for_rows(16384, experts, k=k, kind=kind, n=n).tile_tokens == 128  # auto's prefill tile
+
+
+def test_a_registered_table_replaces_a_builtin_one(tmp_path):
+    kind, experts, n, k = GPT_OSS
+    mine = {"tile_tokens": 32, "stages": 3}  # (K = 2880 takes rings of one 64-K chunk per stage)
+    path = _file(tmp_path, [_gate_up([[None, mine]], experts=experts, n=n, k=k)])
+    moe_tables.register(path)
+    assert moe_tables.lookup(*GPT_OSS) == ((math.inf, codegen.TileConfig(**mine)),)
+    assert [replaced for key, _, _, replaced in moe_tables.builtin() if key == GPT_OSS] == [True]
+    moe_tables.clear()
+    assert len(moe_tables.lookup(*GPT_OSS)) == 3  # the built-in again

@@ -16,6 +16,7 @@ DIR="$OUT/moe_tuned_tables"
 mkdir -p "$DIR"
 export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_shapes}
 unset TRACE_KERNELS_MOE_TABLES
+export TRACE_KERNELS_MOE_BUILTIN_TABLES=0  # the auto arm runs auto's own tables (these shapes' built-ins came from this run)
 source profiling/device/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"

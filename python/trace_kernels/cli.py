@@ -101,6 +101,11 @@ def cmd_list(args) -> int:
     print(f"tuned MoE tile tables ({env.PREFIX}MOE_TABLES): {len(tuned) or 'none'}")
     for (kind, experts, n, k), source, table in tuned:
         print(f"  {kind} E={experts} N={n} K={k}: {len(table)} bands, from {source}")
+    shipped = moe_tables.builtin()
+    print(f"built-in tuned MoE tile tables ({env.PREFIX}MOE_BUILTIN_TABLES): {len(shipped) or 'none'}")
+    for (kind, experts, n, k), source, table, replaced in shipped:
+        note = " (replaced by a registered table)" if replaced else ""
+        print(f"  {kind} E={experts} N={n} K={k}: {len(table)} bands, from {Path(source).name}{note}")
     print("kernels per preset:")
     for shape in shapes.PRESETS.values():
         names = [s.name for s in codegen.specs_for_shape(shape)]

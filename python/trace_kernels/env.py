@@ -43,9 +43,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("MOE_TABLES", "", "tuned MoE tile tables (JSON files, separated by the path separator; "
                            "trace_kernels.moe_tables, written by profiling/sweep_moe_gemm_tiles.py --write-tables): "
                            "under MOE_VARIANT=auto a GEMM with an entry runs its table"),
+    Knob("MOE_BUILTIN_TABLES", "1", "0: leave out the tuned MoE tile tables shipped for other models' shapes "
+                                    "(codegen/moe_tables, measured on an H200), so those shapes run auto's tables"),
     Knob("REFIT_VARIANT", "v9", "refit_weights kernel: v9 (quantizes with the previous refit's scales as a guess: one "
                                 "read of the weights when no expert's amax moved) or v2 (an amax pass, then a quantize "
-                                "pass: for buffers reused for unrelated weights); v1, v3..v8, v10, v11 for A/B runs"),
+                                "pass: for buffers reused for unrelated weights); v8 for A/B runs"),
     Knob("REFIT_PACKED_VARIANT", "v2", "refit_weights_packed_ (the engine's weight sync): v2 (packs with the previous "
                                        "sync's scales as a guess, repacks the experts whose scale changed) or v1 "
                                        "(refit's amax pass, then a quantize-and-pack pass)"),

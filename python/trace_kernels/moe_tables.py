@@ -15,6 +15,10 @@ File format (JSON, no code is executed):
                  "rows": [[4.0, {"tile_tokens": 8, "stages": 2, "chunks_per_stage": 4}],
                           [null, {"tile_tokens": 128, "stages": 2, "chunks_per_stage": 2}]]}]}
 
+Built-in tables: the files in codegen/moe_tables (a wheel: trace_kernels/_data/moe_tables) were measured on an H200
+for shapes of public models and are used like registered ones (environment TRACE_KERNELS_MOE_BUILTIN_TABLES=0: not
+used). A table registered for the same GEMM (a file of the environment's, or `register(path)`) replaces the built-in.
+
 A row [limit, tile] serves calls with at most `limit` routed rows per expert on average (null: any, the last row);
 the tile is TileConfig's fields (the others keep their defaults). Each entry is checked when loaded: the kind, the
 limits increasing with null last, known tile fields, and a kernel spec that builds for that GEMM (K chunks, N tiles,
@@ -38,6 +42,7 @@ Key = tuple[str, int, int, int]  # (kind, experts, n, k)
 _registered: dict[Key, tuple] = {}  # key -> ((limit, TileConfig), ...)
 _sources: dict[Key, str] = {}  # key -> the file it came from
 _env_loaded: str | None = None  # the TRACE_KERNELS_MOE_TABLES value whose files are in _registered
+_builtin: dict[Key, tuple[tuple, str]] | None = None  # key -> (table, its file) of codegen/moe_tables, read once
 
 
 def _tile(fields: object, where: str):
@@ -147,16 +152,45 @@ def _load_env() -> None:
     _env_loaded = value
 
 
+def _builtin_tables() -> dict[Key, tuple[tuple, str]]:
+    """The shipped tables ({} with TRACE_KERNELS_MOE_BUILTIN_TABLES=0); files read and checked once."""
+    global _builtin
+    if not env.flag("MOE_BUILTIN_TABLES"):
+        return {}
+    if _builtin is None:
+        from trace_kernels import paths
+        found: dict[Key, tuple[tuple, str]] = {}
+        for path in sorted(paths.moe_tables_dir().glob("*.json")):
+            for key, table in load(path).items():
+                if key in found:
+                    raise ValueError(f"built-in MoE tile tables {path}: repeats {key}, also in {found[key][1]}")
+                found[key] = (table, str(path))
+        _builtin = found
+    return _builtin
+
+
 def lookup(kind: str, experts: int, n: int, k: int) -> tuple | None:
-    """The tuned table of a GEMM, or None (the caller then uses its default table)."""
+    """The tuned table of a GEMM, or None (the caller then uses its default table): a registered one (a file of the
+    environment's, or register()), else a built-in one."""
     _load_env()
-    return _registered.get((kind, experts, n, k))
+    key = (kind, experts, n, k)
+    if key in _registered:
+        return _registered[key]
+    builtin = _builtin_tables().get(key)
+    return None if builtin is None else builtin[0]
 
 
 def registered() -> list[tuple[Key, str, tuple]]:
-    """(key, the file it came from, table) of every table in use (the environment's files included)."""
+    """(key, the file it came from, table) of every registered table (the environment's files included; not the
+    built-in ones: builtin())."""
     _load_env()
     return [(key, _sources[key].removeprefix("env:"), table) for key, table in _registered.items()]
+
+
+def builtin() -> list[tuple[Key, str, tuple, bool]]:
+    """(key, its file, table, whether a registered table replaces it) of every built-in table in use."""
+    _load_env()
+    return [(key, source, table, key in _registered) for key, (table, source) in _builtin_tables().items()]
 
 
 def best_rows(results: list[dict], time_key: str, experts: int) -> list[tuple[float, object]]:

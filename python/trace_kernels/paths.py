@@ -1,7 +1,7 @@
 """Where the templates and CUDA headers live: a source checkout first, else the installed wheel.
 
-Checkout: <repo>/codegen/templates and <repo>/cuda/include (the design card's layout).
-Wheel:    trace_kernels/_data/templates and trace_kernels/_data/include (copied there by setup.py),
+Checkout: <repo>/codegen/templates, <repo>/codegen/moe_tables and <repo>/cuda/include (the design card's layout).
+Wheel:    trace_kernels/_data/{templates,moe_tables,include} (copied there by setup.py),
           plus trace_kernels/_data/aot (cubins built ahead of time, with manifest.json).
 """
 
@@ -38,6 +38,11 @@ def templates_dir() -> Path:
 def include_dir() -> Path:
     """Folder to pass as -I; headers are included as "trace_kernels/<name>.cuh"."""
     return _pick("cuda/include", "include")
+
+
+def moe_tables_dir() -> Path:
+    """The built-in tuned MoE tile tables (trace_kernels.moe_tables)."""
+    return _pick("codegen/moe_tables", "moe_tables")
 
 
 def aot_dir() -> Path:
