@@ -20,6 +20,7 @@ BUDGET=${BUDGET:-570}
 DIR="$OUT/other_shapes"
 mkdir -p "$DIR"
 export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_shapes}
+export TRACE_KERNELS_MOE_BUILTIN_TABLES=${TRACE_KERNELS_MOE_BUILTIN_TABLES:-0}  # auto's own tables, as its 2026-12-05 H100 run measured (1: the tables shipped since)
 source profiling/device/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
