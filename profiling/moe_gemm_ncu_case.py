@@ -25,6 +25,9 @@ def main() -> int:
     parser.add_argument("--variant", default=None, help="kernel variant (codegen TILE_TABLES key; default: DEFAULT_VARIANT)")
     parser.add_argument("--extra", type=int, default=None, help="use codegen EXTRA_TILES[EXTRA] instead of the table")
     parser.add_argument("--plain", action="store_true", help="also launch the plain gate_up GEMM (epilogue A/B)")
+    parser.add_argument("--auto-tiles", action="store_true",
+                        help="let each op pick its own tile per GEMM kind, as production calls do (default: one table "
+                             "tile for both GEMMs)")
     args = parser.parse_args()
     s = shapes.resolve(args.shape)
     e, h, i, k, t = s.experts, s.hidden, s.intermediate, s.top_k, args.tokens
@@ -34,7 +37,8 @@ def main() -> int:
                     torch.softmax(torch.randn(t, k, device="cuda", generator=gen), 1))
     x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
     s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
-    tile = ops.tile_for_rows(routing.num_rows, e, args.variant) if args.extra is None else EXTRA_TILES[args.extra]
+    tile = EXTRA_TILES[args.extra] if args.extra is not None else \
+        None if args.auto_tiles else ops.tile_for_rows(routing.num_rows, e, args.variant)
     for _ in range(args.repeat):
         up = ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
                              tile=tile)
@@ -43,7 +47,7 @@ def main() -> int:
             ops.moe_gemm(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
                          tile=tile)
     torch.cuda.synchronize()
-    print("tile", tile)
+    print("tile", tile or "per kind (auto)")
     return 0
 
 

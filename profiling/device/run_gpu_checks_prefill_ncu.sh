@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# What limits the MoE prefill GEMMs on the H200, and the torch ops test under racecheck, in one call (BUDGET s):
+#   1. Nsight Compute (one launch each, clocks not locked) on Qwen3-30B-A3B at T=16384 with the tiles production
+#      calls pick per GEMM kind (moe_gemm_ncu_case.py --auto-tiles): the fused gate_up's GEMM (v1 TN=128, h only;
+#      the quantize kernel follows it) and the down GEMM (ws, two 64-row weight tiles per consumer warpgroup)
+#   2. compute-sanitizer racecheck on test_torch_ops_give_the_eager_bits_and_compile[8] (memcheck was clean on
+#      2026-12-05; racecheck ran out of its 140 s then)
+# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] bash profiling/device/run_gpu_checks_prefill_ncu.sh
+#   -> $OUT/prefill_ncu.tar
+set -uo pipefail
+OUT=${OUT:-runs/prefill_ncu}
+BUDGET=${BUDGET:-560}
+DIR="$OUT/prefill_ncu"
+mkdir -p "$DIR"
+export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
+source profiling/device/gpu_env.sh "$DIR/setup.log"
+tar_on_exit "$DIR"
+log_machine "$DIR/machine.log"
+
+moe_build 120 "$DIR/build.log" tiny qwen3-30b-a3b
+CASE=(python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens 16384 --repeat 1 --auto-tiles)
+ncu_report "$DIR/ncu_gate_up_t16384" 75 "gate_up_swiglu_h" "${CASE[@]}"
+ncu_report "$DIR/ncu_down_t16384" 75 "down_routed" "${CASE[@]}"
+limit=$(( $(left) - 10 )); [ "$limit" -gt 300 ] && limit=300
+sanitize racecheck "$limit" "$DIR/racecheck_torch_ops.log" python3 -m pytest -q -p no:cacheprovider -m gpu \
+  tests/gpu/test_moe_gemm.py -k "test_torch_ops_give_the_eager_bits_and_compile and 8"
+echo "== done ($(left)s left)"

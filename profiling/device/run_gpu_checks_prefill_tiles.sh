@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The MoE prefill tiles again, after the v1 rings learned to gather whole activation pieces (thirty-fourth session), in
+# one call (BUDGET s): sweep_moe_gemm_tiles.py --tiles at T=4096 and 16384 on Qwen3-30B-A3B and Qwen3-235B-A22B, every
+# tile timed as the fused gate_up (quantized afterwards) and as the down GEMM + combine:
+#   A  v1 TN=128, 2 stages of 2 chunks, gathering whole pieces: auto's gate_up tile; as the down GEMM's never timed
+#   B  ws TN=128, two m-tiles: auto's down tile since 2026-12-02; as the gate_up's (h only, then the quantize kernel)
+#      never timed
+#   C  ws TN=128, overlapped main loop (the ws table's prefill tile), quantized afterwards
+# then compute-sanitizer racecheck on the Qwen3-30B-A3B fused gate_up and down tests at T=300 (the kernels the torch
+# ops test runs at that T; racecheck under torch.compile did not finish in 300 s).
+# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] bash profiling/device/run_gpu_checks_prefill_tiles.sh
+#   -> $OUT/prefill_tiles.tar
+set -uo pipefail
+OUT=${OUT:-runs/prefill_tiles}
+BUDGET=${BUDGET:-560}
+DIR="$OUT/prefill_tiles"
+mkdir -p "$DIR"
+export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
+source profiling/device/gpu_env.sh "$DIR/setup.log"
+tar_on_exit "$DIR"
+log_machine "$DIR/machine.log"
+
+TILES="tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1;\
+tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,variant=ws,m_tiles=2,quantize_after=1;\
+tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,overlap=1,variant=ws,quantize_after=1"
+for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+  [ "$(left)" -gt 150 ] || { echo "skip $shape: $(left)s left"; continue; }
+  timeout 180 python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens 4096,16384 --tiles "$TILES" \
+    --reps 10 --out "$DIR/prefill_tiles_$shape.json" > "$DIR/sweep_$shape.log" 2>&1
+  echo "sweep $shape exit $? (${SECONDS}s)"
+  python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print(r["tokens"], r["variant"], "mt%d" % r["m_tiles"], "ov%d" % r["overlap"], "gp%d" % r["gather_pieces"],
+          "gate_up %.4f down %.4f ms" % (r["gate_up_fused_ms"], r["down_ms"]))' "$DIR/prefill_tiles_$shape.json"
+done
+limit=$(( $(left) - 10 )); [ "$limit" -gt 150 ] && limit=150
+[ "$limit" -gt 30 ] && sanitize racecheck "$limit" "$DIR/racecheck_30b_t300.log" python3 -m pytest -q \
+  -p no:cacheprovider tests/gpu/test_moe_gemm.py \
+  -k "(test_gate_up_fused_quantization_is_exact or test_down_combine_matches_reference) and qwen3-30b-a3b-300"
+echo "== done ($(left)s left)"
