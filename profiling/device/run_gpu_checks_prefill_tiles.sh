@@ -24,14 +24,18 @@ TILES="tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,ga
 tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,variant=ws,m_tiles=2,quantize_after=1;\
 tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,overlap=1,variant=ws,quantize_after=1"
 for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-  [ "$(left)" -gt 150 ] || { echo "skip $shape: $(left)s left"; continue; }
-  timeout 180 python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens 4096,16384 --tiles "$TILES" \
+  [ "$(left)" -gt 100 ] || { echo "skip $shape: $(left)s left"; continue; }
+  limit=$(( $(left) - 10 )); [ "$limit" -gt 180 ] && limit=180
+  timeout "$limit" python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens 4096,16384 --tiles "$TILES" \
     --reps 10 --out "$DIR/prefill_tiles_$shape.json" > "$DIR/sweep_$shape.log" 2>&1
   echo "sweep $shape exit $? (${SECONDS}s)"
-  python3 -c 'import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    print(r["tokens"], r["variant"], "mt%d" % r["m_tiles"], "ov%d" % r["overlap"], "gp%d" % r["gather_pieces"],
-          "gate_up %.4f down %.4f ms" % (r["gate_up_fused_ms"], r["down_ms"]))' "$DIR/prefill_tiles_$shape.json"
+  python3 -c 'import re, sys  # from the log, so a sweep cut short by its time limit still reports its rows
+for line in open(sys.argv[1]):
+    m = re.match(r"T=\s*(\d+) TileConfig\((.*)\) gate_up ([0-9.]+) ms down ([0-9.]+) ms", line)
+    if m:
+        f = dict(kv.split("=", 1) for kv in m.group(2).split(", "))
+        print(m.group(1), f["variant"], "mt" + f["m_tiles"], "ov" + f["overlap"][0], "gp" + f["gather_pieces"][0],
+              "gate_up", m.group(3), "down", m.group(4), "ms")' "$DIR/sweep_$shape.log"
 done
 limit=$(( $(left) - 10 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && sanitize racecheck "$limit" "$DIR/racecheck_30b_t300.log" python3 -m pytest -q \
