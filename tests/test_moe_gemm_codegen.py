@@ -363,44 +363,44 @@ def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
     assert specs and not any("_ws1_" in s.name for s in specs)
 
 
-def test_auto_down_gemm_has_its_own_prefill_tile():
-    """auto: the down GEMM's prefill tile is ws with two m-tiles, the gate_up's stays v1; decode is shared;
-    a shape whose N the ws tile cannot split falls back to v1's tile; the table kernels include it."""
+def test_auto_down_gemm_prefill_tile():
+    """auto: the down GEMM's prefill tile is v1's TN=128 ring gathering whole pieces, the gate_up's tile without
+    quantize_after; auto_dws keeps the ws two-m-tile tile it had until 2026-12-05 (its other rows are auto's), and a
+    shape whose N that tile cannot split falls back to v1's; decode is shared; the table kernels include both."""
     prefill, decode = 4096 * 8, 64 * 8  # 256 and 4 routed rows per expert
-    down = codegen.tile_for_rows(prefill, 128, "auto", k=768, kind="down_routed", n=2048)
-    assert down == codegen.WS_PREFILL_DOWN_TILE and down.variant == "ws" and down.m_tiles == 2
-    assert codegen.tile_for_rows(prefill, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).variant == "v1"
+    prefill_v1 = codegen.TILE_TABLE[-1][1]
+    auto_prefill = codegen.stepped(dataclasses.replace(prefill_v1, gather_pieces=True))
+    for k, n in ((768, 2048), (1536, 4096)):  # 30B (short K table) and 235B
+        assert codegen.tile_for_rows(prefill, 128, "auto", k=k, kind="down_routed", n=n) == auto_prefill
+        assert codegen.tile_for_rows(prefill, 128, "auto_dws", k=k, kind="down_routed", n=n) == \
+            codegen.WS_PREFILL_DOWN_TILE
+        for rows in (decode, 1024 * 8):  # below the prefill row auto_dws is auto
+            assert codegen.tile_for_rows(rows, 128, "auto_dws", k=k, kind="down_routed", n=n) == \
+                codegen.tile_for_rows(rows, 128, "auto", k=k, kind="down_routed", n=n)
+    gate_up = codegen.tile_for_rows(prefill, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536)
+    assert gate_up == dataclasses.replace(auto_prefill, quantize_after=True)
+    assert codegen.tile_for_rows(prefill, 128, "auto_dws", k=2048, kind="gate_up_swiglu", n=1536) == gate_up
     assert codegen.tile_for_rows(prefill, 128, "auto").variant == "v1"  # no kind: the shared table
-    assert codegen.tile_for_rows(prefill, 128, "v1", kind="down_routed").variant == "v1"  # only auto differs
+    assert codegen.tile_for_rows(prefill, 128, "v1", kind="down_routed").variant == "v1"
     for kind in ("gate_up_swiglu", "gate_up"):  # decode: v1's tile (the fused gate_up's quantized after the GEMM)
         tile = codegen.tile_for_rows(decode, 128, "auto", kind=kind)
         assert dataclasses.replace(tile, quantize_after=False) == codegen.TILE_TABLE[0][1]
         assert tile.quantize_after == (kind == "gate_up_swiglu")
     # the down GEMM's decode tile takes its weights straight into registers up to 6 rows per expert, any K that
     # fits; TN=16 too up to 12 rows at a short K (auto_down2wg: the long-K table at every K), the ring at a long K
-    tn16 = 8 * 128  # 8 routed rows per expert
-    for k in (768, 1536):
-        for variant in ("auto", "auto_qa", "auto_down2wg"):
-            assert codegen.tile_for_rows(decode, 128, variant, k=k, kind="down_routed", n=2048) == \
-                codegen.DOWN_DIRECT_TILE
-            short_k = k <= codegen.DOWN_ONE_WARPGROUP_MAX_K and variant != "auto_down2wg"
-            assert codegen.tile_for_rows(tn16, 128, variant, k=k, kind="down_routed", n=2048) == \
-                (codegen.DOWN_DIRECT_TN16_TILE if short_k else codegen.stepped(codegen.TILE_TABLE[1][1]))
-            assert codegen.tile_for_rows(13 * 128, 128, variant, k=k, kind="down_routed", n=2048) == \
-                dataclasses.replace(codegen.stepped(codegen.DOWN_TN32_TILE), gather_pieces=True)
-    for tile in (codegen.DOWN_DIRECT_TILE, codegen.DOWN_DIRECT_TN16_TILE):  # the GPU tests check them bitwise
-        assert tile.weights_direct and tile in codegen.EXTRA_TILES
-    # K = 12288: TN=8 x K bf16 activations exceed the resident cap -> v1's ring tile for the rows
-    assert codegen.tile_for_rows(decode, 128, "auto", k=12288, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
-    # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> v1's TN=128 tile, as the variant's v1 tiles run
-    prefill_v1 = codegen.TILE_TABLE[-1][1]
-    for variant, want in (("auto", codegen.stepped(dataclasses.replace(prefill_v1, gather_pieces=True))),
+    # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> auto_dws runs v1's TN=128 tile, as auto does
+    for variant, want in (("auto", auto_prefill), ("auto_dws", auto_prefill),
                           ("auto_ns0", dataclasses.replace(prefill_v1, gather_pieces=True)),
                           ("auto_gp0", codegen.stepped(prefill_v1))):
         assert codegen.tile_for_rows(prefill, 8, variant, k=128, kind="down_routed", n=192) == want
-    names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"))}
-    assert codegen.gemm_spec(shapes.preset("qwen3-30b-a3b"), "down_routed", codegen.WS_PREFILL_DOWN_TILE).name in names
+    preset = shapes.preset("qwen3-30b-a3b")
+    auto_names = {s.name for s in codegen.specs_for_shape(preset, ("auto",))}
+    dws_names = {s.name for s in codegen.specs_for_shape(preset, ("auto_dws",))}
+    ws_down = codegen.gemm_spec(preset, "down_routed", codegen.WS_PREFILL_DOWN_TILE).name
+    v1_down = codegen.gemm_spec(preset, "down_routed", auto_prefill).name
+    assert v1_down in auto_names and ws_down not in auto_names
+    assert dws_names - auto_names == {ws_down} and auto_names - dws_names == {v1_down}
 
 
 def test_quantize_after_launches_the_swiglu_h_kernel():
@@ -460,10 +460,11 @@ def test_gather_pieces_kernels_and_refusals():
     for tile in (codegen.TileConfig(24, 4, warpgroups=2), codegen.TileConfig(8, 8)):  # at most one piece per thread
         assert codegen.gemm_spec(shape, "gate_up", dataclasses.replace(tile, **gp)).name == \
             codegen.gemm_spec(shape, "gate_up", tile).name
-    # auto differs from auto_gp0 in the prefill gate_up kernels alone
+    # auto differs from auto_gp0 in the prefill gate_up and down kernels alone (v1's TN=128 ring in both)
     for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
         auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
         gp0 = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_gp0",))}
         assert sorted(n.replace("_gp1", "") for n in auto - gp0) == sorted(gp0 - auto)
-        assert {n.split("_nvfp4")[0] for n in auto - gp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h"}
+        assert {n.split("_nvfp4")[0] for n in auto - gp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h",
+                                                               "moe_gemm_down_routed"}
         assert all("_tn128_" in n and "_gp1_" in n for n in auto - gp0)

@@ -178,13 +178,17 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_cb": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0")
-# Per GEMM kind, where "auto" differs from AUTO_TILE_TABLE. The down GEMM's prefill tile: ws with two
-# 64-row weight tiles per consumer warpgroup (half the activation re-reads from L2), 1 CTA/SM; in the
-# same-run sweep of 2026-12-02 (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11%
-# less time than v1's TN=128 at T = 1024, 4096 and 16384 on both presets (30B T=16384: 1.235 vs 1.371 ms;
-# 235B: 4.043 vs 4.449 ms). Its fused gate_up stays slower than v1's (the last CTA's row quantization
-# stalls a persistent CTA's SM), so gate_up keeps the v1 tile.
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws")
+# The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
+# (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
+# (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
+# and 16384 on both presets (30B T=16384: 1.235 vs 1.371 ms; 235B: 4.043 vs 4.449 ms). Since v1's rings gather whole
+# activation pieces per thread (gather_pieces, thirty-fourth session) v1's TN=128 is the faster down tile again: in
+# the same-run sweep of the thirty-sixth session (an H100; profiling/results/moe_prefill_tiles_gp_h100_{30b,235b}.json,
+# down GEMM + combine, L2 flushed, median of 10) 0.365 / 1.295 ms against 0.405 / 1.380 at 30B T=4096 / 16384, 1.025
+# / 4.237 against 1.273 / 4.322 on 235B (2-19% less), so auto's down table ends with v1's prefill tile as the gate_up's
+# does, and "auto_dws" is auto with this tile (A/B runs). Its fused gate_up (quantized afterwards) was 21-35% slower
+# than v1's in the same sweep.
 WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
 # The fused gate_up's v1 tiles quantize h with the quantize kernel after a GEMM that only stores it
 # (quantize_after): in the same-run A/B of 2026-12-02 (profiling/results/moe_gemm_h200_quantize_after.json,
@@ -230,6 +234,9 @@ TILE_TABLES["auto_w64"] = _with_tn64_band(AUTO_TILE_TABLE)
 # layer 6-16% faster at T=4096 and 16384 on both presets (30B T=16384 3.30 / 3.56 -> 3.10 / 3.00 ms, its fused gate_up
 # 1.92 -> 1.65 ms; 235B 11.81 / 12.13 -> 11.18 / 10.82), the same at T=64 (same kernels) and T=1024.
 TILE_TABLES["auto_gp0"] = AUTO_TILE_TABLE
+# "auto" with the down GEMM's prefill tile as it was from 2026-12-02 to 2026-12-05 (WS_PREFILL_DOWN_TILE; A/B runs; per
+# GEMM kind through tile_table)
+TILE_TABLES["auto_dws"] = AUTO_TILE_TABLE
 # The down GEMM's decode tile loads each thread's weight bytes straight into registers K chunks ahead
 # (weights_direct), one warpgroup: no ring, no CTA barrier or proxy fence in the main loop. Same-run sweep of
 # 2026-12-03 (thirteenth session, profiling/results/moe_direct_h200.json, L2 flushed, median of 10), down ms of the
@@ -252,8 +259,7 @@ DOWN_DIRECT_TILE = TileConfig(8, 1, 8, 1, weights_direct=3)
 DOWN_DIRECT_TN16_TILE = TileConfig(16, 1, 6, 1, weights_direct=2)
 AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
     "down_routed": (AUTO_TILE_TABLE[0], (6.0, DOWN_DIRECT_TILE)) + tuple(
-        (limit, DOWN_TN32_TILE if tile == TILE_TABLE[2][1] else tile) for limit, tile in AUTO_TILE_TABLE[3:-1]) +
-    ((float("inf"), WS_PREFILL_DOWN_TILE),),
+        (limit, DOWN_TN32_TILE if tile == TILE_TABLE[2][1] else tile) for limit, tile in AUTO_TILE_TABLE[3:]),
     "gate_up_swiglu": AUTO_GATE_UP_TABLE,
     "gate_up": AUTO_GATE_UP_PLAIN_TABLE,
 }
@@ -286,7 +292,7 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # (each consumer warpgroup two m64 tiles). Measured on 2026-12-01 and dropped: four consumer
     # warpgroups x 1 CTA/SM and the overlapped decode main loop (no faster; docs/moe_gemm.md).
     WS_ONE_WARPGROUP_TILE,  # (auto's gate_up tile below 1/8 routed row per expert)
-    WS_PREFILL_DOWN_TILE,  # (the auto table's down tile in prefill; kept here for the gate_up A/B)
+    WS_PREFILL_DOWN_TILE,  # (auto's down tile in prefill until 2026-12-05, auto_dws's since; kept for the A/Bs)
     # the decode table tile with the fused epilogue's fence + atomic + last-CTA quantize moved off the
     # consumers onto the producer warpgroup's spare warps (T=8: 0.075 vs 0.083 ms on 30B)
     TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True),
@@ -394,6 +400,9 @@ def _auto_tile(tile: TileConfig, variant: str) -> TileConfig:
 def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tuple[float, TileConfig], ...]:
     if variant == "auto" and kind is None:
         return AUTO_TILE_TABLE
+    if variant == "auto_dws" and kind is not None:  # auto's tables, the down GEMM's prefill row the ws two-m-tile tile
+        table = _unstepped_table("auto", kind, k)
+        return table[:-1] + ((float("inf"), WS_PREFILL_DOWN_TILE),) if kind == "down_routed" else table
     if variant == "auto_ov" and kind is not None:
         return tuple((limit, overlapped(tile)) for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_w64" and kind is not None:
