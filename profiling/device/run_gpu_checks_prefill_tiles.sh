@@ -2,9 +2,10 @@
 # The MoE prefill tiles again, after the v1 rings learned to gather whole activation pieces (thirty-fourth session), in
 # one call (BUDGET s): sweep_moe_gemm_tiles.py --tiles at T=4096 and 16384 on Qwen3-30B-A3B and Qwen3-235B-A22B, every
 # tile timed as the fused gate_up (quantized afterwards) and as the down GEMM + combine:
-#   A  v1 TN=128, 2 stages of 2 chunks, gathering whole pieces: auto's gate_up tile; as the down GEMM's never timed
-#   B  ws TN=128, two m-tiles: auto's down tile since 2026-12-02; as the gate_up's (h only, then the quantize kernel)
-#      never timed
+#   A  v1 TN=128, 2 stages of 2 chunks, gathering whole pieces: auto's gate_up tile; as the down GEMM's not timed before
+#      this sweep (auto's down tile since, thirty-sixth session)
+#   B  ws TN=128, two m-tiles: auto's down tile from 2026-12-02 until this sweep (auto_dws's since); as the gate_up's
+#      (h only, then the quantize kernel) not timed before
 #   C  ws TN=128, overlapped main loop (the ws table's prefill tile), quantized afterwards
 # then compute-sanitizer racecheck on the Qwen3-30B-A3B fused gate_up and down tests at T=300 (the kernels the torch
 # ops test runs at that T; racecheck under torch.compile did not finish in 300 s).
