@@ -50,18 +50,26 @@ sanitize() {
 
 # ncu_report REP LIMIT KERNEL_REGEX CMD...: Nsight Compute (clocks not locked) on the first launch of
 # a kernel matching KERNEL_REGEX; REP.txt has the section pages, REP.raw.csv every metric collected,
-# REP.log the run's output.
+# REP.log the run's output. NCU_SOURCE=1 also samples warp stalls per SASS instruction (SourceCounters):
+# REP.source.csv is the source page, and profiling/ncu_source_stalls.py prints where the warps wait.
 NCU_SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis
   --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats"
 ncu_report() {
   local rep=$1 limit=$2 regex=$3; shift 3
+  local src_sections=()
+  [ "${NCU_SOURCE:-0}" = 1 ] && src_sections=(--section SourceCounters)
   # shellcheck disable=SC2086  # NCU_SECTIONS is a list of options
-  timeout "$limit" ncu --clock-control none --target-processes all -k "regex:$regex" -c 1 $NCU_SECTIONS -o "$rep" \
-    "$@" > "$rep.log" 2>&1
+  timeout "$limit" ncu --clock-control none --target-processes all -k "regex:$regex" -c 1 $NCU_SECTIONS \
+    "${src_sections[@]}" -o "$rep" "$@" > "$rep.log" 2>&1
   echo "ncu $(basename "$rep") exit: $? (limit ${limit}s, ${SECONDS}s)" | tee -a "$rep.log"
   [ -f "$rep.ncu-rep" ] || return 0
   timeout 6 ncu --import "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
   timeout 6 ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
+  if [ "${NCU_SOURCE:-0}" = 1 ]; then
+    timeout 20 ncu --import "$rep.ncu-rep" --page source --print-source sass --csv > "$rep.source.csv" 2>&1
+    python3 profiling/ncu_source_stalls.py "$rep.source.csv" --top 25 > "$rep.stalls.txt" 2>&1
+    head -30 "$rep.stalls.txt"
+  fi
   rm -f "$rep.ncu-rep"  # both exports hold what it does; it would only add bytes to bring back
   grep -E "Memory Throughput|DRAM Throughput|Duration|SM Frequency|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per|Block Limit|Eligible|Active Warps" \
     "$rep.txt" | head -20
