@@ -186,8 +186,8 @@ AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns
 # activation pieces per thread (gather_pieces, thirty-fourth session) v1's TN=128 is the faster down tile again: in
 # the same-run sweep of the thirty-sixth session (an H100; profiling/results/moe_prefill_tiles_gp_h100_{30b,235b}.json,
 # down GEMM + combine, L2 flushed, median of 10) 0.365 / 1.295 ms against 0.405 / 1.380 at 30B T=4096 / 16384, 1.025
-# / 4.237 against 1.273 / 4.322 on 235B (2-19% less), so auto's down table ends with v1's prefill tile as the gate_up's
-# does, and "auto_dws" is auto with this tile (A/B runs). Its fused gate_up (quantized afterwards) was 21-35% slower
+# / 4.237 against 1.273 / 4.322 on 235B (2-20% less), so auto's down table ends with v1's prefill tile as the gate_up's
+# does, and "auto_dws" is auto with this tile (A/B runs). Its fused gate_up (quantized afterwards) was 19-35% slower
 # than v1's in the same sweep.
 WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
 # The fused gate_up's v1 tiles quantize h with the quantize kernel after a GEMM that only stores it
