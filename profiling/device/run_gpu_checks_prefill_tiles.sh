@@ -9,7 +9,12 @@
 #   C  ws TN=128, overlapped main loop (the ws table's prefill tile), quantized afterwards
 # then compute-sanitizer racecheck on the Qwen3-30B-A3B fused gate_up and down tests at T=300 (the kernels the torch
 # ops test runs at that T; racecheck under torch.compile did not finish in 300 s).
-# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] bash profiling/device/run_gpu_checks_prefill_tiles.sh
+# TILES overrides the three (sweep_moe_gemm_tiles.py --tiles form), e.g. for the four-warpgroup prefill ring of EXTRA_TILES
+# against auto's two-warpgroup ring (not yet run):
+#   TILES="tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1;\
+#          tile_tokens=128,stages=4,min_blocks=1,warpgroups=4,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1;\
+#          tile_tokens=128,stages=3,min_blocks=1,warpgroups=4,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1"
+# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] [TILES=...] bash profiling/device/run_gpu_checks_prefill_tiles.sh
 #   -> $OUT/prefill_tiles.tar
 set -uo pipefail
 OUT=${OUT:-runs/prefill_tiles}
@@ -21,9 +26,10 @@ source profiling/device/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
 
-TILES="tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1;\
+TILES=${TILES:-"tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1;\
 tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,variant=ws,m_tiles=2,quantize_after=1;\
-tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,overlap=1,variant=ws,quantize_after=1"
+tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,overlap=1,variant=ws,quantize_after=1"}
+TILES=$(tr -d ' \n' <<< "$TILES")  # (the usage example above spans lines)
 for shape in qwen3-30b-a3b qwen3-235b-a22b; do
   [ "$(left)" -gt 100 ] || { echo "skip $shape: $(left)s left"; continue; }
   limit=$(( $(left) - 10 )); [ "$limit" -gt 180 ] && limit=180
@@ -35,7 +41,8 @@ for line in open(sys.argv[1]):
     m = re.match(r"T=\s*(\d+) TileConfig\((.*)\) gate_up ([0-9.]+) ms down ([0-9.]+) ms", line)
     if m:
         f = dict(kv.split("=", 1) for kv in m.group(2).split(", "))
-        print(m.group(1), f["variant"], "mt" + f["m_tiles"], "ov" + f["overlap"][0], "gp" + f["gather_pieces"][0],
+        print(m.group(1), f["variant"], "st" + f["stages"], "wg" + f["warpgroups"], "mt" + f["m_tiles"],
+              "ov" + f["overlap"][0], "gp" + f["gather_pieces"][0],
               "gate_up", m.group(3), "down", m.group(4), "ms")' "$DIR/sweep_$shape.log"
 done
 limit=$(( $(left) - 10 )); [ "$limit" -gt 150 ] && limit=150
