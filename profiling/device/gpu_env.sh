@@ -144,6 +144,13 @@ for r in json.load(open(sys.argv[1]))["results"]:
     "$dir/layer_ab_$round.json"
 }
 
+# moe_build_ab DIR TABLES: the MoE GPU tests' kernels (tiny and Qwen3-30B-A3B, 120 s) and Qwen3-235B-A22B's TABLES (a layer
+# A/B's arms, e.g. auto,auto_dws; 90 s); logs DIR/build_tests.log, DIR/build_235b.log.
+moe_build_ab() {
+  moe_build 120 "$1/build_tests.log" tiny qwen3-30b-a3b
+  moe_build 90 "$1/build_235b.log" --tables "$2" --no-extras qwen3-235b-a22b
+}
+
 # moe_build LIMIT LOG MOE_PREBUILD_ARGS...: moe_prebuild.py --jobs 16 (a check of the carried cache, or a build of what
 # it lacks) under timeout, its status and last line printed.
 moe_build() {

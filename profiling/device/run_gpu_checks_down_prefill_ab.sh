@@ -21,8 +21,7 @@ source profiling/device/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
 
-moe_build 120 "$DIR/build_tests.log" tiny qwen3-30b-a3b
-moe_build 90 "$DIR/build_235b.log" --tables auto,auto_dws --no-extras qwen3-235b-a22b
+moe_build_ab "$DIR" auto,auto_dws
 layer_ab_swapped "$DIR" 120 130 auto,auto_dws --tokens 1024,2048,4096,16384
 limit=$(( $(left) - 130 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py

@@ -23,8 +23,7 @@ source profiling/device/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
 
-moe_build 120 "$DIR/build_tests.log" tiny qwen3-30b-a3b
-moe_build 90 "$DIR/build_235b.log" --tables auto,auto_gp0 --no-extras qwen3-235b-a22b
+moe_build_ab "$DIR" auto,auto_gp0
 bench() {  # bench NAME HEADS VARIANTS LIMIT
   timeout "$4" python3 profiling/bench_attention.py --decode-only --heads "$2" --nvfp4-variants "$3" \
     --bf16-variants mma --out "$DIR/attention_$1.json" > "$DIR/attention_$1.log" 2>&1

@@ -7,8 +7,8 @@
 #   B  ws TN=128, two m-tiles: auto's down tile from 2026-12-02 until this sweep (auto_dws's since); as the gate_up's
 #      (h only, then the quantize kernel) not timed before
 #   C  ws TN=128, overlapped main loop (the ws table's prefill tile), quantized afterwards
-# then compute-sanitizer racecheck on the Qwen3-30B-A3B fused gate_up and down tests at T=300 (the kernels the torch
-# ops test runs at that T; racecheck under torch.compile did not finish in 300 s).
+# (The call that produced moe_prefill_tiles_gp_h100_*.json then gave a racecheck of the 30B T=300 gate_up / down tests
+# the 10 s left; that racecheck is run_gpu_checks_down_prefill_ab.sh's now.)
 # TILES overrides the three (sweep_moe_gemm_tiles.py --tiles form), e.g. for the four-warpgroup prefill ring of EXTRA_TILES
 # against auto's two-warpgroup ring (not yet run):
 #   TILES="tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1;\
@@ -45,8 +45,4 @@ for line in open(sys.argv[1]):
               "ov" + f["overlap"][0], "gp" + f["gather_pieces"][0],
               "gate_up", m.group(3), "down", m.group(4), "ms")' "$DIR/sweep_$shape.log"
 done
-limit=$(( $(left) - 10 )); [ "$limit" -gt 150 ] && limit=150
-[ "$limit" -gt 30 ] && sanitize racecheck "$limit" "$DIR/racecheck_30b_t300.log" python3 -m pytest -q \
-  -p no:cacheprovider tests/gpu/test_moe_gemm.py \
-  -k "(test_gate_up_fused_quantization_is_exact or test_down_combine_matches_reference) and qwen3-30b-a3b-300"
 echo "== done ($(left)s left)"
