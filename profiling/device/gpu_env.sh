@@ -67,7 +67,7 @@ ncu_report() {
   timeout 6 ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
   if [ "${NCU_SOURCE:-0}" = 1 ]; then
     timeout 20 ncu --import "$rep.ncu-rep" --page source --print-source sass --csv > "$rep.source.csv" 2>&1
-    python3 profiling/ncu_source_stalls.py "$rep.source.csv" --top 25 > "$rep.stalls.txt" 2>&1
+    python3 profiling/ncu_source_stalls.py "$rep.source.csv" --top 25 --split-loop > "$rep.stalls.txt" 2>&1
     head -30 "$rep.stalls.txt"
   fi
   rm -f "$rep.ncu-rep"  # both exports hold what it does; it would only add bytes to bring back
