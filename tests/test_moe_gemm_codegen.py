@@ -25,12 +25,9 @@ def test_specs_render_deterministically_with_readable_names():
             n = codegen.gemm_dims(shape, kind)[0]
             return tile.tile_tokens * 8 > codegen.threads_for(tile, codegen.warpgroups_for(n, tile))
 
-        # (and weight_tiles only where K is a whole number of ring turns)
         kernels = {("gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind,
                     dataclasses.replace(tile, quantize_after=False,
-                                        gather_pieces=tile.gather_pieces and pieces_per_thread(tile, kind),
-                                        weight_tiles=codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])
-                                        .weight_tiles))
+                                        gather_pieces=tile.gather_pieces and pieces_per_thread(tile, kind)))
                    for v in codegen.TILE_TABLES for kind in call_kinds
                    for _, tile in codegen.tile_table(v, kind, codegen.gemm_dims(shape, kind)[1])}
         assert len({s.name for s in specs}) == len(specs) == len(kernels) + 1
@@ -471,38 +468,3 @@ def test_gather_pieces_kernels_and_refusals():
         assert {n.split("_nvfp4")[0] for n in auto - gp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h",
                                                                "moe_gemm_down_routed"}
         assert all("_tn128_" in n and "_gp1_" in n for n in auto - gp0)
-
-
-def test_weight_tiles_in_turn():
-    """weight_tiles: a v1 ring tile computing several weight tiles per CTA renders WTILES and a grid of that many fewer
-    CTAs (block_rows), is named _wt{n}; other tiles' sources do not name it; tiles it cannot run are refused, and
-    where K is not a whole number of ring turns a launch runs one weight tile per CTA; auto_wt2 is auto with two on
-    its prefill ring, both GEMMs, and auto below it."""
-    dims = codegen.MoEDims(128, 2048, 768, 8)
-    prefill = codegen.tile_for_rows(4096 * 8, 128, "auto", k=768, kind="down_routed", n=2048)
-    tile = dataclasses.replace(prefill, weight_tiles=2)
-    spec = codegen.gemm_spec(dims, "down_routed", tile)
-    assert spec.name.endswith("_gp1_wt2_sm90a") and "GATHER_PIECES=*/true, /*WTILES=*/2>" in render_spec(spec)
-    assert spec.launch["block_rows"] == 2 * codegen.gemm_spec(dims, "down_routed", prefill).launch["block_rows"]
-    assert "WTILES" not in render_spec(codegen.gemm_spec(dims, "down_routed", prefill))
-    one_piece = codegen.gemm_spec(dims, "gate_up", codegen.TileConfig(8, 2, 2, 1, chunks_per_stage=2, weight_tiles=4))
-    assert "/*NSTEP=*/0, /*GATHER_PIECES=*/false, /*WTILES=*/4>" in render_spec(one_piece)
-    for bad in (dataclasses.replace(tile, variant="ws", n_step=0, gather_pieces=False),
-                dataclasses.replace(tile, overlap=True, stages=4),
-                dataclasses.replace(tile, fused_combine=True),
-                codegen.TileConfig(8, 1, 4, 1, weights_direct=2, weight_tiles=2)):
-        with pytest.raises(ValueError, match="weight_tiles"):
-            codegen.gemm_spec(dims, "down_routed", bad)
-    with pytest.raises(ValueError, match="whole number of ring turns"):  # K = 768: 3 turns of 4 chunks, not of 8
-        codegen.gemm_spec(dims, "down_routed", dataclasses.replace(tile, stages=4))
-    with pytest.raises(ValueError, match="not a whole number of 3 weight tiles"):  # 16 tiles of 128 rows
-        codegen.gemm_spec(dims, "down_routed", dataclasses.replace(tile, weight_tiles=3))
-    assert codegen.fit_chunks(tile, 128).weight_tiles == 1 and codegen.fit_chunks(tile, 768) == tile
-    for k, n, kind in ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
-                       (4096, 3072, "gate_up_swiglu")):
-        for rows in (4096 * 8, 64 * 8, 1024 * 8):
-            auto = codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
-            wt2 = codegen.tile_for_rows(rows, 128, "auto_wt2", k=k, kind=kind, n=n)
-            assert wt2 == (dataclasses.replace(auto, weight_tiles=2) if rows == 4096 * 8 else auto)
-    # N = 192 (three 64-row tiles of one warpgroup... or 128-row tiles that do not divide it): auto's tile
-    assert codegen.tile_for_rows(4096 * 8, 8, "auto_wt2", k=128, kind="down_routed", n=192).weight_tiles == 1

@@ -6,9 +6,8 @@
 // row's result never depends on the other rows or on the token-tile width.
 //
 // Structure of one CTA (NWG consumer warpgroups, every thread also issues cp.async loads):
-//   * one work item = (token tile of TN sorted rows of one expert, 64*NWG weight rows), WTILES items of one
-//     token tile per CTA in turn; blockIdx.x = weight tiles / WTILES, blockIdx.y = global token-tile index
-//     (scanned from offsets).
+//   * one work item = (token tile of TN sorted rows of one expert, 64*NWG weight rows);
+//     blockIdx.x = weight tile, blockIdx.y = global token-tile index (scanned from offsets).
 //   * weights are the wgmma M side: each warpgroup reads its 64 rows' FP4 codes + block scales
 //     (fragment-ordered and encoded, moe_layout.py) from shared memory, dequantizes exactly to BF16
 //     in registers (moe_dequant.cuh: value * scale * 2^-7, folded back into the row scale; one
@@ -297,14 +296,9 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 // COMBINE_TOPK > 0 (RouterWeight only): the ordered top-k combine in the epilogue (combine_last_arrivals), no
 // moe_combine launch after the GEMM.
 // NSTEP > 0: the wgmmas are as wide as the CTA's routed rows rounded up to NSTEP (one main loop per width), not TN.
-// WTILES > 1: the CTA computes WTILES weight tiles of its token tile in turn, one K ring running from one tile's last
-// chunk into the next tile's first, so the offsets scan, the token rows and the ring's fill happen once per WTILES
-// tiles (Nsight Compute put ~40% of the prefill down GEMM's warp samples in such once-per-CTA code, thirty-seventh
-// session). Ring only (no WDIRECT, no OVERLAP), whole ring turns per K, no COMBINE_TOPK. (Measured on the decode tiles
-// in the twelfth session and removed then: slower there.)
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
           bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0,
-          bool GATHER_PIECES = false, int WTILES = 1>
+          bool GATHER_PIECES = false>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr bool kDirect = WDIRECT > 0;
@@ -325,10 +319,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(COMBINE_TOPK == 0 || EPI == Epilogue::RouterWeight, "the combine belongs to the down GEMM's epilogue");
   static_assert(NSTEP == 0 || (NSTEP % 8 == 0 && NSTEP < TN && TN % (NSTEP ? NSTEP : 1) == 0),
                 "NSTEP: a multiple of 8 below TN that divides it");  // (NSTEP ? : 1: no "% zero" warning at NSTEP = 0)
-  static_assert(WTILES >= 1 && N % (kBlockRows * WTILES) == 0, "N % (64 * NWG * WTILES) must be 0");
-  static_assert(WTILES == 1 || (!kDirect && !OVERLAP && COMBINE_TOPK == 0 && kChunks % kSlots == 0),
-                "weight tiles in turn: the plain ring, K a whole number of ring turns, no combine in the epilogue");
-  constexpr int kVirtualChunks = kChunks * WTILES;  // the ring's chunks over all the CTA's weight tiles
 
   extern __shared__ uint8_t smem_raw[];
   // Round up to 1024 B (SW128 atoms) by offsetting smem_raw itself, so the compiler still knows every
@@ -343,7 +333,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  const int wt0 = blockIdx.x * WTILES;  // first weight tile
+  const int wt = blockIdx.x;         // weight tile
   const int y_tile = blockIdx.y;     // global token tile
 
   // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
@@ -377,7 +367,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(size<2>(tCrA) == 4 && size(accum) == TN / 2, "unexpected wgmma fragment shapes");
   clear(accum);
 
-  const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt0 * NWG) * kChunks;  // (tile, chunk 0)
+  const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG) * kChunks;  // (tile, chunk 0)
 
   // codes: one 16 B piece per thread (NWG * 128 pieces); scales: 16 pieces per warpgroup
   const uint8_t* code_src = p.w_codes + (record + static_cast<size_t>(wg) * kChunks) * detail::kCodeRecord +
@@ -386,24 +376,13 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
                              (tid % 16) * 16;  // used by tid < NWG * 16 only
   // Chunk chunk0 + rel's weights into `stage`: code_c and scale_c (this thread's pointers for chunk
   // chunk0) plus rel chunks, an immediate offset when rel is a constant (the unrolled main loop below).
-  // WTILES > 1: a prefetch past the current ring turn (rel >= kSlots) reads from the next turn's pointers (code_n,
-  // scale_n; act_n / a_n for the activations), which jump to the next weight tile's records after a tile's last turn.
   const uint8_t* code_c = code_src;
   const uint8_t* scale_c = scale_src;
-  const uint8_t* code_n = code_src;
-  const uint8_t* scale_n = scale_src;
   auto load_weights = [&](int rel, int stage) {
-    const uint8_t* code = code_c;
-    const uint8_t* scale = scale_c;
-    if (WTILES > 1 && rel >= kSlots) {
-      code = code_n;
-      scale = scale_n;
-      rel -= kSlots;
-    }
-    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16, code + rel * detail::kCodeRecord,
+    detail::cp_async_16(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16, code_c + rel * detail::kCodeRecord,
                         true);
     detail::cp_async_16_if(smem + Smem::kScales + stage * Smem::kScalesStage + tid * 16,
-                           scale + rel * detail::kScaleRecord, tid < NWG * 16);
+                           scale_c + rel * detail::kScaleRecord, tid < NWG * 16);
   };
 
   // The weights of the first chunks do not depend on the previous kernel on the stream (offsets and
@@ -414,7 +393,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(kDirect || kAheadStages >= 1, "OVERLAP needs STAGES >= 3");
 #pragma unroll
   for (int s = 0; s < kAhead; ++s)
-    if (s < kVirtualChunks) load_weights(s, s);
+    if (s < kChunks) load_weights(s, s);
   // WDIRECT: this thread's code word quad and its rows' scale bytes of chunks c .. c + WDIRECT - 1, the
   // same bytes the ring's stage would hold at tid * 16 and wg * 256 + (warp_in_wg * 8 + g) * 8
   constexpr int kDirectAhead = kDirect ? WDIRECT : 1;
@@ -478,24 +457,12 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       a_flags |= (n < n_mma ? 1u : 0u) << (2 * j) | (src >= 0 ? 2u : 0u) << (2 * j);
     }
   }
-  // Chunk chunk0 + rel's activation rows into `stage` (a_c: this thread's pointer for chunk chunk0; with WTILES > 1
-  // chunk0 is replaced by act_c, its K chunk within its weight tile).
+  // Chunk chunk0 + rel's activation rows into `stage` (a_c: this thread's pointer for chunk chunk0).
   const __nv_bfloat16* a_c = a_src;
-  const __nv_bfloat16* a_n = a_src;
-  int act_c = 0, act_n = 0;
   auto load_activations = [&](int chunk0, int rel, int stage) {
-    const __nv_bfloat16* a_turn = a_c;
-    if constexpr (WTILES > 1) {
-      chunk0 = act_c;
-      if (rel >= kSlots) {
-        a_turn = a_n;
-        chunk0 = act_n;
-        rel -= kSlots;
-      }
-    }
     if constexpr (kOnePiece) {
       if (tid < n_mma * 8)
-        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_turn + rel * detail::kChunkK, a_valid);
+        detail::cp_async_16(smem + Smem::kB + stage * Smem::kBStage + a_dst, a_c + rel * detail::kChunkK, a_valid);
     } else if constexpr (kWholePieces) {
 #pragma unroll
       for (int j = 0; j < kPieces; ++j) {  // rows past n_mma: never read by the wgmmas
@@ -534,7 +501,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   } else {
 #pragma unroll
     for (int s = 0; s < kAhead; ++s) {
-      if (s < kVirtualChunks) load_activations(0, s, s);
+      if (s < kChunks) load_activations(0, s, s);
       if (s % CPS == CPS - 1) detail::cp_async_commit();
     }
   }
@@ -586,7 +553,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 #pragma unroll
       for (int c = 0; c < CPS; ++c) {
         const int next = chunk + kAhead + c;
-        if (next < kVirtualChunks) load_stage(chunk0, rel + kAhead + c, (stage + kAhead + c) % kSlots);
+        if (next < kChunks) load_stage(chunk0, rel + kAhead + c, (stage + kAhead + c) % kSlots);
       }
       detail::cp_async_commit();
     }
@@ -594,35 +561,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     const uint2 scales = *reinterpret_cast<const uint2*>(smem + Smem::kScales + stage * Smem::kScalesStage +
                                                          wg * detail::kScaleRecord + (warp_in_wg * 8 + g) * 8);
     mma_chunk(codes, scales, stage, frag_a, nn);
-  };
-  // ---- epilogue of weight tile wt: accum(v0 + 2*v1 + 4*v2) is (weight row 16*warp + g + 8*v1, token 2*q + v0 + 8*v2)
-  auto store_tile = [&](const int wt) {
-    const int q = lane % 4;
-    const int wrow = wt * kBlockRows + wg * 64 + warp_in_wg * 16 + g;  // v1 adds 8
-#pragma unroll
-    for (int v2 = 0; v2 < TN / 8; ++v2) {
-#pragma unroll
-      for (int v0 = 0; v0 < 2; ++v0) {
-        const int n = 2 * q + v0 + 8 * v2;
-        if (n >= rows_valid) continue;
-        const int m = row0 + n;
-        const float scale = token_scale[n];
-        const float y0 = accum(v0 + 4 * v2) * scale;      // row wrow
-        const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row wrow + 8
-        if constexpr (EPI == Epilogue::Plain) {
-          p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
-          p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
-        } else if constexpr (EPI == Epilogue::RouterWeight) {
-          const float rw = token_weight[n];
-          p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
-          p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
-        } else {
-          // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
-          const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
-          p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
-        }
-      }
-    }
   };
   // Unrolled by the ring's slots: every slot index, and with it each shared-memory offset and wgmma
   // descriptor, is a compile-time constant, and a chunk's global offsets are one base per turn of the ring
@@ -678,31 +616,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       for (int s = 0; s < kRest; ++s) overlapped_step(kTurns * kSlots, s);
       warpgroup_wait<0>();
       warpgroup_fence_operand(accum);
-    } else if constexpr (WTILES > 1) {
-      // Weight tiles in turn: the ring runs on from one tile's last chunk into the next tile's first, whose records lie
-      // (NWG - 1) * kChunks records past this tile's end (each warpgroup's rows are kChunks records); the activations
-      // start again at K chunk 0.
-      constexpr int kTileTurns = kChunks / kSlots;
-      for (int r = 0; r < WTILES; ++r) {
-        for (int turn = 0; turn < kTileTurns; ++turn) {
-          const bool tile_end = turn == kTileTurns - 1;
-          const int skip = tile_end ? (NWG - 1) * kChunks : 0;
-          a_n = tile_end ? a_src : a_c + kSlots * detail::kChunkK;
-          act_n = tile_end ? 0 : act_c + kSlots;
-          code_n = code_c + (kSlots + skip) * detail::kCodeRecord;
-          scale_n = scale_c + (kSlots + skip) * detail::kScaleRecord;
-#pragma unroll
-          for (int s = 0; s < kSlots; ++s) mainloop_step((r * kTileTurns + turn) * kSlots, s, s, tCrA, nn);
-          a_c = a_n;
-          act_c = act_n;
-          code_c = code_n;
-          scale_c = scale_n;
-        }
-        if (r + 1 < WTILES) {  // (every wgmma of the tile has completed: mma_chunk waits for its own)
-          store_tile(wt0 + r);
-          clear(accum);
-        }
-      }
     } else {
       for (int chunk0 = 0; chunk0 < kChunks; chunk0 += kSlots) {
 #pragma unroll
@@ -723,12 +636,37 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   }
   detail::cp_async_wait<0>();
 
-  // ---- epilogue: store_tile above ----
-  store_tile(wt0 + WTILES - 1);
+  // ---- epilogue: accum(v0 + 2*v1 + 4*v2) is (weight row 16*warp + g + 8*v1, token 2*q + v0 + 8*v2) ----
+  const int q = lane % 4;
+  const int wrow = wt * kBlockRows + wg * 64 + warp_in_wg * 16 + g;  // v1 adds 8
+#pragma unroll
+  for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+    for (int v0 = 0; v0 < 2; ++v0) {
+      const int n = 2 * q + v0 + 8 * v2;
+      if (n >= rows_valid) continue;
+      const int m = row0 + n;
+      const float scale = token_scale[n];
+      const float y0 = accum(v0 + 4 * v2) * scale;      // row wrow
+      const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row wrow + 8
+      if constexpr (EPI == Epilogue::Plain) {
+        p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
+        p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
+      } else if constexpr (EPI == Epilogue::RouterWeight) {
+        const float rw = token_weight[n];
+        p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
+        p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
+      } else {
+        // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
+        const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
+        p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
+      }
+    }
+  }
 
   if constexpr (COMBINE_TOPK > 0) {
     // src_rows is free again: the main loop's activation copies have read it
-    combine_last_arrivals<N, kBlockRows, TN, COMBINE_TOPK, kThreads>(p, row0, rows_valid, wt0, tid, src_rows);
+    combine_last_arrivals<N, kBlockRows, TN, COMBINE_TOPK, kThreads>(p, row0, rows_valid, wt, tid, src_rows);
   }
 
   if constexpr (EPI == Epilogue::SwigluQuant) {
@@ -737,7 +675,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     __syncthreads();
     if (tid == 0) {
       const int done = atomicAdd(&p.tile_counters[y_tile], 1);
-      item[1] = (done == N / (kBlockRows * WTILES) - 1);
+      item[1] = (done == N / kBlockRows - 1);
     }
     __syncthreads();
     if (!item[1]) return;

@@ -77,12 +77,6 @@ class TileConfig:
     # half of the prefill stage's instructions in SASS, thirty-second session). Ignored where a chunk has at most one
     # piece per thread. "auto" sets it on its v1 tiles (tile_table; the A/B table "auto_gp0" runs auto without it).
     gather_pieces: bool = False
-    # v1 ring tiles: weight tiles of 64 x warpgroups rows each CTA computes in turn for its token tile, one K ring
-    # running from one tile's last chunk into the next's first, so the offsets scan, the token rows and the ring's
-    # fill are paid once per this many tiles (thirty-seventh session: ~40% of the prefill down GEMM's warp samples are
-    # in such once-per-CTA code). Needs K a whole number of ring turns; no weights_direct, overlap or fused_combine.
-    # (The twelfth session's version of it lost on the decode tiles, docs/moe_gemm.md.)
-    weight_tiles: int = 1
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -181,13 +175,10 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" without DOWN_SHORT_K_TABLE: every down GEMM on the long-K table (A/B runs)
                "auto_down2wg": AUTO_TILE_TABLE,
                # "auto" with the combine in the epilogue of every v1 down tile (fused_combine; A/B runs)
-               "auto_cb": AUTO_TILE_TABLE,
-               # "auto" with its prefill ring computing two weight tiles per CTA (weight_tiles; A/B runs)
-               "auto_wt2": AUTO_TILE_TABLE}
+               "auto_cb": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_wt2")
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -370,12 +361,6 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(128, 4, 1, 4, chunks_per_stage=2, n_step=16, gather_pieces=True),
     # auto_cb's prefill down tile (thirty-seventh session): auto's, with the combine in its epilogue
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, fused_combine=True),
-    # weight tiles in turn (thirty-seventh session): auto's prefill ring with two weight tiles per CTA (fused, and
-    # quantized afterwards as auto runs its gate_up), and a one-warpgroup TN=8 ring with four (one activation piece
-    # per thread, the fused epilogue's tile counter at a quarter of the CTAs)
-    replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, weight_tiles=2),
-    replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, quantize_after=True, weight_tiles=2),
-    TileConfig(8, 2, 2, 1, chunks_per_stage=2, weight_tiles=4),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -429,10 +414,6 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return tuple((limit, overlapped(tile)) for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_w64" and kind is not None:
         return _with_tn64_band(_unstepped_table("auto", kind, k))
-    if variant == "auto_wt2" and kind is not None:  # auto's tables, the prefill ring (last row) with two weight tiles
-        table = _unstepped_table("auto", kind, k)
-        limit, tile = table[-1]
-        return table[:-1] + ((limit, replace(tile, weight_tiles=2)),) if tile.variant == "v1" else table
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
@@ -471,14 +452,11 @@ def tile_for_rows(num_rows: int, num_experts: int, variant: str | None = None,
 
 def fit_chunks(tile: TileConfig, k: int) -> TileConfig:
     """A v1 tile whose stages of chunks_per_stage K chunks do not divide K (e.g. K=64 with two): the same
-    ring of chunk slots as stages of one chunk; with weight_tiles, one weight tile per CTA where K is not a whole
-    number of ring turns. Other tiles as they are."""
+    ring of chunk slots as stages of one chunk. Other tiles as they are."""
     cps = tile.chunks_per_stage
-    if tile.variant != "ws" and cps > 1 and k % (CHUNK_K * cps):
-        tile = replace(tile, stages=tile.stages * cps, chunks_per_stage=1)
-    if tile.variant != "ws" and tile.weight_tiles > 1 and k % (CHUNK_K * tile.stages * tile.chunks_per_stage):
-        tile = replace(tile, weight_tiles=1)
-    return tile
+    if tile.variant == "ws" or cps == 1 or k % (CHUNK_K * cps) == 0:
+        return tile
+    return replace(tile, stages=tile.stages * cps, chunks_per_stage=1)
 
 
 def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> TileConfig:
@@ -490,8 +468,8 @@ def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None
     table's v1 tiles run (_auto_tile)."""
     try:
         check_tile(tile, k)
-        if n is not None and n % (64 * warpgroups_for(n, tile) * tile.weight_tiles):
-            raise ValueError(f"N={n} is not a whole number of weight tiles per CTA")
+        if n is not None:
+            warpgroups_for(n, tile)
         return tile
     except ValueError:
         fallback = replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after)
@@ -602,11 +580,6 @@ def check_tile(tile: TileConfig, k: int) -> None:
     if tile.n_step and (tile.variant == "ws" or tile.n_step % 8 or tile.n_step >= tile.tile_tokens or
                         tile.tile_tokens % tile.n_step):
         raise ValueError(f"n_step is a v1 knob: a multiple of 8 below tile_tokens that divides it: {tile}")
-    if tile.weight_tiles != 1 and (tile.variant != "v1" or tile.weights_direct or tile.overlap or
-                                   tile.fused_combine or tile.weight_tiles < 1 or
-                                   k % (CHUNK_K * tile.stages * tile.chunks_per_stage)):
-        raise ValueError(f"weight_tiles is a v1 ring knob (no weights_direct, overlap or fused_combine) with K a whole "
-                         f"number of ring turns (K % (64 x stages x chunks_per_stage) == 0), got K={k}: {tile}")
     if tile.variant == "ws" and tile.fused_combine:
         raise ValueError(f"fused_combine is a v1 knob (the ws down GEMM is followed by moe_combine): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
@@ -631,9 +604,6 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     epilogue, description = KINDS[kind]
     check_tile(tile, k)
     nwg = warpgroups_for(n, tile)
-    if n % (64 * nwg * tile.weight_tiles):
-        raise ValueError(f"{shape}: {kind}'s N={n} is not a whole number of {tile.weight_tiles} weight tiles of "
-                         f"{64 * nwg} rows per CTA: {tile}")
     async_epilogue = tile.async_epilogue and epilogue == "SwigluQuant"  # other epilogues: the same kernel
     smem = smem_bytes(replace(tile, async_epilogue=async_epilogue), nwg, shape.experts, k)
     threads = threads_for(tile, nwg)
@@ -660,8 +630,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
                  "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {}),
                  **({"wd": tile.weights_direct} if tile.weights_direct else {}),
                  **({"cb": combine_top_k} if combine_top_k else {}),
-                 **({"ns": tile.n_step} if tile.n_step else {}), **({"gp": 1} if gather_pieces else {}),
-                 **({"wt": tile.weight_tiles} if tile.weight_tiles > 1 else {})}
+                 **({"ns": tile.n_step} if tile.n_step else {}), **({"gp": 1} if gather_pieces else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -671,11 +640,10 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
               "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct, "combine_top_k": combine_top_k,
               "n_step": tile.n_step, "gather_pieces": "true" if gather_pieces else "",
-              "weight_tiles": tile.weight_tiles,
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
-              "block_rows": 64 * nwg * tile.m_tiles * tile.weight_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
+              "block_rows": 64 * nwg * tile.m_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
               "persistent": tile.variant == "ws", "min_blocks": min_blocks, "warpgroups": nwg,
               "combine_top_k": combine_top_k}
     return KernelSpec(op="moe_gemm", name=name, template="moe_gemm.cu.jinja", params=params, launch=launch,
