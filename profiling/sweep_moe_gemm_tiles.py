@@ -118,6 +118,10 @@ def main(argv=None) -> int:
                         help="explicit TileConfig fields instead of the grid, tiles separated by ';', e.g. "
                              "'tile_tokens=32,stages=6,quantize_after=1;tile_tokens=32,stages=3,chunks_per_stage=2'; "
                              "'tuning': TUNING_TILES")
+    parser.add_argument("--check-bitwise", action="store_true",
+                        help="also compare every tile's outputs (the gate_up's h, quantized rows and guidance bits, the "
+                             "down GEMM's combined output) with the first tile's at each T, bit for bit: all tilings "
+                             "give the same bits by design, so a new tiling is checked against a tested one")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
     parser.add_argument("--write-tables", default="", metavar="FILE",
@@ -157,6 +161,7 @@ def main(argv=None) -> int:
         if not sweep_gate_up:  # the down GEMM's input, once, from the table's tile
             ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
                             out=up)
+        first_outputs = None
         for tile in tiles:
             if tile.tile_tokens > 8 * max(1, -(-m // e)) * 4:  # far wider than the rows per expert
                 continue
@@ -164,10 +169,17 @@ def main(argv=None) -> int:
                                               validate=False, out=up, tile=tile), graph=True) if sweep_gate_up else 0.0
             d = timer(lambda: ops.moe_down(up.a_next, w_down, routing, row_scale=up.q.scale, validate=False, out=y,
                                            slot_workspace=ys, tile=tile), graph=True)
+            check = {}
+            if args.check_bitwise:  # the outputs of the last timed launches
+                outputs = [up.h, up.a_next, up.q.codes, up.q.block_scales, up.q.scale, up.mantissa_bits, y]
+                if first_outputs is None:
+                    first_outputs = [o.clone() for o in outputs]
+                check = {"bitwise_equal_first": all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                                                    for a, b in zip(outputs, first_outputs))}
             rows.append({"tokens": t, "rows": m, **tile.__dict__, "down_ms": d,
-                         **({"gate_up_fused_ms": g} if sweep_gate_up else {})})
-            print(f"T={t:6d} {tile}" + (f" gate_up {g:.4f} ms" if sweep_gate_up else "") + f" down {d:.4f} ms",
-                  flush=True)
+                         **({"gate_up_fused_ms": g} if sweep_gate_up else {}), **check})
+            print(f"T={t:6d} {tile}" + (f" gate_up {g:.4f} ms" if sweep_gate_up else "") + f" down {d:.4f} ms" +
+                  (f" bitwise equal to the first tile: {check['bitwise_equal_first']}" if check else ""), flush=True)
         best = min((r for r in rows if r["tokens"] == t), key=lambda r: r.get("gate_up_fused_ms", 0.0) + r["down_ms"])
         print(f"T={t}: best {best}", flush=True)
     with open(args.out, "w") as f:

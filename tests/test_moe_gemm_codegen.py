@@ -468,3 +468,26 @@ def test_gather_pieces_kernels_and_refusals():
         assert {n.split("_nvfp4")[0] for n in auto - gp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h",
                                                                "moe_gemm_down_routed"}
         assert all("_tn128_" in n and "_gp1_" in n for n in auto - gp0)
+
+
+def test_step_pipeline_knob():
+    """step_pipeline: a v1 ring tile of 2+ chunks per stage renders STEP_PIPE and is named _sp1; other tiles' sources
+    do not name it; tiles it cannot run are refused before any build, and a launch whose K makes the ring one chunk
+    per stage drops it."""
+    dims = codegen.MoEDims(128, 2048, 768, 8)
+    prefill = codegen.tile_for_rows(4096 * 8, 128, "auto", k=768, kind="down_routed", n=2048)
+    tile = dataclasses.replace(prefill, step_pipeline=True)
+    spec = codegen.gemm_spec(dims, "down_routed", tile)
+    assert spec.name.endswith("_gp1_sp1_sm90a") and "/*GATHER_PIECES=*/true, /*STEP_PIPE=*/true>" in render_spec(spec)
+    assert "STEP_PIPE" not in render_spec(codegen.gemm_spec(dims, "down_routed", prefill))
+    plain = codegen.gemm_spec(dims, "gate_up", codegen.TileConfig(8, 2, chunks_per_stage=4, step_pipeline=True))
+    assert "/*NSTEP=*/0, /*GATHER_PIECES=*/false, /*STEP_PIPE=*/true>" in render_spec(plain)
+    for bad in (dataclasses.replace(tile, chunks_per_stage=1, stages=4),
+                dataclasses.replace(tile, overlap=True, stages=4),
+                dataclasses.replace(tile, variant="ws", n_step=0, gather_pieces=False),
+                codegen.TileConfig(8, 1, 4, 1, weights_direct=2, step_pipeline=True)):
+        with pytest.raises(ValueError, match="step_pipeline"):
+            codegen.gemm_spec(dims, "down_routed", bad)
+    assert codegen.fit_chunks(tile, 768) == tile
+    fitted = codegen.fit_chunks(tile, 64)  # one chunk of K: stages of one chunk, no pipeline
+    assert fitted.chunks_per_stage == 1 and not fitted.step_pipeline

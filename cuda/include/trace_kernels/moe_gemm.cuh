@@ -296,9 +296,14 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 // COMBINE_TOPK > 0 (RouterWeight only): the ordered top-k combine in the epilogue (combine_last_arrivals), no
 // moe_combine launch after the GEMM.
 // NSTEP > 0: the wgmmas are as wide as the CTA's routed rows rounded up to NSTEP (one main loop per width), not TN.
+// STEP_PIPE (ring tiles of CPS >= 2): each k16 step's wgmma is its own commit group, and a chunk's step j is
+// dequantized into the A registers once the previous chunk's step j has completed (wait_group 3), so a warpgroup
+// dequantizes while its own wgmmas run; the wgmmas drain at each stage's end, before the barrier that lets the ring
+// refill the stage. (Without it a warpgroup waits for its chunk's four wgmmas before dequantizing the next chunk: 24-30%
+// of the prefill GEMMs' warp samples, thirty-seventh session.) No extra registers: the same 16 A registers.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
           bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0,
-          bool GATHER_PIECES = false>
+          bool GATHER_PIECES = false, bool STEP_PIPE = false>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr bool kDirect = WDIRECT > 0;
@@ -317,6 +322,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert(Smem::bytes(E) <= SMEM_BYTES, "generator's shared-memory size is too small");
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
   static_assert(COMBINE_TOPK == 0 || EPI == Epilogue::RouterWeight, "the combine belongs to the down GEMM's epilogue");
+  static_assert(!STEP_PIPE || (!kDirect && !OVERLAP && CPS >= 2), "STEP_PIPE: the plain ring with stages of 2+ chunks");
   static_assert(NSTEP == 0 || (NSTEP % 8 == 0 && NSTEP < TN && TN % (NSTEP ? NSTEP : 1) == 0),
                 "NSTEP: a multiple of 8 below TN that divides it");  // (NSTEP ? : 1: no "% zero" warning at NSTEP = 0)
 
@@ -514,10 +520,43 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // the chunk's wgmmas against ring slot `stage` of the activations, NN columns wide (Int<NN>: TN, or with
   // NSTEP the CTA's n_mma; the same descriptors, since a K-major SW128 tile's first NN rows are those of
   // TN's, and the first NN / 2 accumulator registers).
-  auto mma_chunk = [&](const uint4 codes, const uint2 scales, const int stage, auto& frag_a, auto nn) {
+  // STEP_PIPE: first / last = the chunk is its stage's first / last (see the template's comment).
+  auto mma_chunk = [&](const uint4 codes, const uint2 scales, const int stage, auto& frag_a, auto nn,
+                       const bool first = true, const bool last = true) {
     constexpr int NN = decltype(nn)::value;
     const uint32_t code_words[4] = {codes.x, codes.y, codes.z, codes.w};
     auto a_u32 = recast<uint32_t>(frag_a);  // (4 regs, 1, 4)
+    auto mma_step = [&](const int j) {
+      if constexpr (NN == TN) {
+        cute::gemm(tiled_mma, frag_a(_, _, j), tCrB(_, _, j, stage), accum);
+      } else {
+        detail::wgmma_rs_columns<NN>(a_u32(0, 0, j), a_u32(1, 0, j), a_u32(2, 0, j), a_u32(3, 0, j),
+                                     recast<uint64_t>(tCrB(_, _, j, stage))(0), accum,
+                                     std::make_index_sequence<NN / 2>{});
+      }
+    };
+    if constexpr (STEP_PIPE) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t regs[4];
+        dequant::dequant_step(code_words[j], dequant::scale_pair(j < 2 ? scales.x : scales.y, j), regs);
+        if (!first) warpgroup_wait<3>();  // the previous chunk's step j, the last reader of these registers
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          warpgroup_fence_operand(a_u32(b, 0, j));
+          a_u32(b, 0, j) = regs[b];
+          warpgroup_fence_operand(a_u32(b, 0, j));
+        }
+        warpgroup_arrive();
+        mma_step(j);
+        warpgroup_commit_batch();
+      }
+      if (last) {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(accum);
+      }
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // a0: row r, a1: row r+8, a2: row r k+8, a3: row r+8 k+8
       uint32_t regs[4];
@@ -528,15 +567,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
     warpgroup_arrive();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (NN == TN) {
-        cute::gemm(tiled_mma, frag_a(_, _, j), tCrB(_, _, j, stage), accum);
-      } else {
-        detail::wgmma_rs_columns<NN>(a_u32(0, 0, j), a_u32(1, 0, j), a_u32(2, 0, j), a_u32(3, 0, j),
-                                     recast<uint64_t>(tCrB(_, _, j, stage))(0), accum,
-                                     std::make_index_sequence<NN / 2>{});
-      }
-    }
+    for (int j = 0; j < 4; ++j) mma_step(j);
     warpgroup_commit_batch();
     warpgroup_wait<OVERLAP ? 1 : 0>();
     if constexpr (!OVERLAP) warpgroup_fence_operand(accum);
@@ -560,7 +591,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     const uint4 codes = *reinterpret_cast<const uint4*>(smem + Smem::kCodes + stage * Smem::kCodesStage + tid * 16);
     const uint2 scales = *reinterpret_cast<const uint2*>(smem + Smem::kScales + stage * Smem::kScalesStage +
                                                          wg * detail::kScaleRecord + (warp_in_wg * 8 + g) * 8);
-    mma_chunk(codes, scales, stage, frag_a, nn);
+    mma_chunk(codes, scales, stage, frag_a, nn, rel % CPS == 0, rel % CPS == CPS - 1);
   };
   // Unrolled by the ring's slots: every slot index, and with it each shared-memory offset and wgmma
   // descriptor, is a compile-time constant, and a chunk's global offsets are one base per turn of the ring

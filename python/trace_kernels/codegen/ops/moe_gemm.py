@@ -77,6 +77,11 @@ class TileConfig:
     # half of the prefill stage's instructions in SASS, thirty-second session). Ignored where a chunk has at most one
     # piece per thread. "auto" sets it on its v1 tiles (tile_table; the A/B table "auto_gp0" runs auto without it).
     gather_pieces: bool = False
+    # v1 ring tiles of 2+ chunks per stage: each k16 step's wgmma its own commit group, a chunk's step dequantized once the
+    # previous chunk's same step has completed, the wgmmas drained once per stage instead of once per chunk (moe_gemm.cuh
+    # STEP_PIPE): a warpgroup dequantizes while its own wgmmas run, with the same A registers. Thirty-seventh session:
+    # each warpgroup's wait for its chunk's wgmmas held 24-30% of the prefill GEMMs' warp samples.
+    step_pipeline: bool = False
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -361,6 +366,11 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     TileConfig(128, 4, 1, 4, chunks_per_stage=2, n_step=16, gather_pieces=True),
     # auto_cb's prefill down tile (thirty-seventh session): auto's, with the combine in its epilogue
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, fused_combine=True),
+    # the wgmmas of one chunk in flight while the warpgroup dequantizes the next (step_pipeline, thirty-seventh
+    # session): auto's prefill ring as auto runs both GEMMs (fused: quantized afterwards) and with the fused epilogue
+    # (at TN=32, 4 chunks per stage, ptxas serializes the wgmmas: C7512 / C7518, nvcc 13.0)
+    replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, step_pipeline=True),
+    replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, quantize_after=True, step_pipeline=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -456,7 +466,7 @@ def fit_chunks(tile: TileConfig, k: int) -> TileConfig:
     cps = tile.chunks_per_stage
     if tile.variant == "ws" or cps == 1 or k % (CHUNK_K * cps) == 0:
         return tile
-    return replace(tile, stages=tile.stages * cps, chunks_per_stage=1)
+    return replace(tile, stages=tile.stages * cps, chunks_per_stage=1, step_pipeline=False)
 
 
 def _table_tile(table: tuple[tuple[float, TileConfig], ...], average: float) -> TileConfig:
@@ -580,6 +590,10 @@ def check_tile(tile: TileConfig, k: int) -> None:
     if tile.n_step and (tile.variant == "ws" or tile.n_step % 8 or tile.n_step >= tile.tile_tokens or
                         tile.tile_tokens % tile.n_step):
         raise ValueError(f"n_step is a v1 knob: a multiple of 8 below tile_tokens that divides it: {tile}")
+    if tile.step_pipeline and (tile.variant != "v1" or tile.weights_direct or tile.overlap or
+                               tile.chunks_per_stage < 2):
+        raise ValueError(f"step_pipeline is a v1 ring knob with 2 or more chunks per stage (no weights_direct or "
+                         f"overlap): {tile}")
     if tile.variant == "ws" and tile.fused_combine:
         raise ValueError(f"fused_combine is a v1 knob (the ws down GEMM is followed by moe_combine): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
@@ -630,7 +644,8 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
                  "ov": int(tile.overlap), **({"cps": tile.chunks_per_stage} if tile.chunks_per_stage > 1 else {}),
                  **({"wd": tile.weights_direct} if tile.weights_direct else {}),
                  **({"cb": combine_top_k} if combine_top_k else {}),
-                 **({"ns": tile.n_step} if tile.n_step else {}), **({"gp": 1} if gather_pieces else {})}
+                 **({"ns": tile.n_step} if tile.n_step else {}), **({"gp": 1} if gather_pieces else {}),
+                 **({"sp": 1} if tile.step_pipeline else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -640,6 +655,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
               "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct, "combine_top_k": combine_top_k,
               "n_step": tile.n_step, "gather_pieces": "true" if gather_pieces else "",
+              "step_pipeline": "true" if tile.step_pipeline else "",
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
