@@ -491,3 +491,10 @@ def test_step_pipeline_knob():
     assert codegen.fit_chunks(tile, 768) == tile
     fitted = codegen.fit_chunks(tile, 64)  # one chunk of K: stages of one chunk, no pipeline
     assert fitted.chunks_per_stage == 1 and not fitted.step_pipeline
+    # auto_sp: auto with it on the prefill ring, both GEMMs; auto below that row
+    for k, n, kind in ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
+                       (4096, 3072, "gate_up_swiglu")):
+        for rows in (4096 * 8, 64 * 8, 1024 * 8):
+            auto = codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
+            want = dataclasses.replace(auto, step_pipeline=True) if rows == 4096 * 8 else auto
+            assert codegen.tile_for_rows(rows, 128, "auto_sp", k=k, kind=kind, n=n) == want

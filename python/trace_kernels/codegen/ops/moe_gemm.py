@@ -180,10 +180,13 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" without DOWN_SHORT_K_TABLE: every down GEMM on the long-K table (A/B runs)
                "auto_down2wg": AUTO_TILE_TABLE,
                # "auto" with the combine in the epilogue of every v1 down tile (fused_combine; A/B runs)
-               "auto_cb": AUTO_TILE_TABLE}
+               "auto_cb": AUTO_TILE_TABLE,
+               # "auto" with step_pipeline on its prefill ring, both GEMMs (A/B runs)
+               "auto_sp": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
-AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws")
+AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
+               "auto_sp")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -424,6 +427,10 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return tuple((limit, overlapped(tile)) for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_w64" and kind is not None:
         return _with_tn64_band(_unstepped_table("auto", kind, k))
+    if variant == "auto_sp" and kind is not None:  # auto's tables, the prefill ring (last row) with step_pipeline
+        table = _unstepped_table("auto", kind, k)
+        limit, tile = table[-1]
+        return table[:-1] + ((limit, replace(tile, step_pipeline=True)),) if tile.variant == "v1" else table
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
