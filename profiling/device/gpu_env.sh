@@ -151,6 +151,19 @@ moe_build_ab() {
   moe_build 90 "$1/build_235b.log" --tables "$2" --no-extras qwen3-235b-a22b
 }
 
+# moe_layer_ab DIR ARMS TOKENS RESERVE: the common part of a MoE layer A/B call: the MoE GPU tests' and 235B ARMS' kernels
+# (moe_build_ab), the layer A/B of ARMS at TOKENS (layer_ab_swapped: two rounds, arms swapped in the second), the MoE GPU
+# tests (at most 150 s, leaving RESERVE s), then memcheck and racecheck on the tiny layer over every tiling (at most
+# 50 s each; moe_sanitizers_left).
+moe_layer_ab() {
+  local dir=$1 arms=$2 tokens=$3 reserve=$4 limit
+  moe_build_ab "$dir" "$arms"
+  layer_ab_swapped "$dir" 120 130 "$arms" --tokens "$tokens"
+  limit=$(( $(left) - reserve )); [ "$limit" -gt 150 ] && limit=150
+  [ "$limit" -gt 30 ] && gpu_tests "$limit" "$dir/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
+  moe_sanitizers_left "$dir" 50
+}
+
 # moe_build LIMIT LOG MOE_PREBUILD_ARGS...: moe_prebuild.py --jobs 16 (a check of the carried cache, or a build of what
 # it lacks) under timeout, its status and last line printed.
 moe_build() {

@@ -24,11 +24,7 @@ source profiling/device/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
 
-moe_build_ab "$DIR" auto,auto_cb
-layer_ab_swapped "$DIR" 120 130 auto,auto_cb --tokens 1024,2048,4096,16384
-limit=$(( $(left) - 70 )); [ "$limit" -gt 150 ] && limit=150
-[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-moe_sanitizers_left "$DIR" 50
+moe_layer_ab "$DIR" auto,auto_cb 1024,2048,4096,16384 70
 limit=$(( $(left) - 5 )); [ "$limit" -gt 120 ] && limit=120
 [ "$limit" -gt 20 ] && sanitize memcheck "$limit" "$DIR/memcheck_fused_combine_t8.log" python3 -m pytest -q \
   -p no:cacheprovider tests/gpu/test_moe_gemm.py -k "test_fused_combine_equals_the_combine_kernel and 8"

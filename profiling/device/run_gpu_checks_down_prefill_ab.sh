@@ -21,11 +21,7 @@ source profiling/device/gpu_env.sh "$DIR/setup.log"
 tar_on_exit "$DIR"
 log_machine "$DIR/machine.log"
 
-moe_build_ab "$DIR" auto,auto_dws
-layer_ab_swapped "$DIR" 120 130 auto,auto_dws --tokens 1024,2048,4096,16384
-limit=$(( $(left) - 130 )); [ "$limit" -gt 150 ] && limit=150
-[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-moe_sanitizers_left "$DIR" 50
+moe_layer_ab "$DIR" auto,auto_dws 1024,2048,4096,16384 130
 limit=$(( $(left) - 5 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && sanitize racecheck "$limit" "$DIR/racecheck_30b_t300.log" python3 -m pytest -q \
   -p no:cacheprovider tests/gpu/test_moe_gemm.py \

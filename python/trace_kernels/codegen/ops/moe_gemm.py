@@ -362,10 +362,11 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(TN64_STEPPED_TILE, gather_pieces=True),
     TileConfig(32, 4, 2, 1, chunks_per_stage=2, gather_pieces=True),
     TileConfig(32, 1, 1, 1, weights_direct=2, gather_pieces=True),
-    # the prefill ring with four warpgroups in one CTA per SM (thirty-sixth session, not yet timed): 256 weight rows
-    # share each activation tile (half the L2 activation reads per MMA), and 4 stages of 2 chunks (208 KB) put the
-    # copies three stages ahead instead of one, where Nsight Compute found the two-CTA ring waiting at its per-stage
-    # barrier (docs/moe_gemm.md); 113-125 registers, no spill at 30B and 235B (nvcc 13.0)
+    # the prefill ring with four warpgroups in one CTA per SM (thirty-sixth session): 256 weight rows share each
+    # activation tile (half the L2 activation reads per MMA), and 4 stages of 2 chunks (208 KB) put the copies three
+    # stages ahead instead of one; 113-125 registers, no spill at 30B and 235B (nvcc 13.0). Swept on the H200 in the
+    # thirty-seventh session: slower than auto's ring in 13 of 16 cells (the "barrier" stall it targeted was each
+    # warpgroup's wgmma wait, not the CTA barrier; docs/moe_gemm.md)
     TileConfig(128, 4, 1, 4, chunks_per_stage=2, n_step=16, gather_pieces=True),
     # auto_cb's prefill down tile (thirty-seventh session): auto's, with the combine in its epilogue
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, fused_combine=True),
