@@ -14,6 +14,7 @@ random routing per T. Candidates that do not fit (shared memory) are skipped wit
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import itertools
 import json
@@ -98,6 +99,30 @@ def shape_tiles(shape, listed: list[codegen.TileConfig], kinds: tuple[str, ...])
     return tiles
 
 
+def tile_text(tile: codegen.TileConfig) -> str:
+    """A tile in --tiles form: tile_tokens, stages and the fields that differ from their defaults (explicit_tiles reads
+    it back)."""
+    fields = dataclasses.fields(codegen.TileConfig)
+    items = [(f.name, getattr(tile, f.name)) for f in fields
+             if f.name in ("tile_tokens", "stages") or getattr(tile, f.name) != f.default]
+    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in items)
+
+
+def summarize_log(lines) -> list[str]:
+    """A sweep log's timed rows ("T=  4096 TileConfig(...) gate_up ... ms down ... ms ...") with each tile in --tiles
+    form, so that a device script prints them short whatever knobs the tiles set."""
+    out = []
+    for line in lines:
+        head, sep, rest = line.partition(" TileConfig(")
+        if not sep or not head.startswith("T="):
+            continue
+        call, _, tail = ("TileConfig(" + rest).partition(") ")
+        node = ast.parse(call + ")", mode="eval").body
+        tile = codegen.TileConfig(**{kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
+        out.append(f"{head} {tile_text(tile)} {tail.strip()}")
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="qwen3-30b-a3b")
@@ -122,12 +147,18 @@ def main(argv=None) -> int:
                         help="also compare every tile's outputs (the gate_up's h, quantized rows and guidance bits, the "
                              "down GEMM's combined output) with the first tile's at each T, bit for bit: all tilings "
                              "give the same bits by design, so a new tiling is checked against a tested one")
+    parser.add_argument("--summarize", metavar="LOG", default="",
+                        help="print LOG's timed rows with each tile in --tiles form, and exit (no GPU needed)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="profiling/results/moe_gemm_tile_sweep_h200.json")
     parser.add_argument("--write-tables", default="", metavar="FILE",
                         help="also write the fastest tile per token count as a tuned tables file (one entry per swept "
                              "GEMM; trace_kernels.moe_tables)")
     args = parser.parse_args(argv)
+    if args.summarize:
+        with open(args.summarize) as f:
+            print("\n".join(summarize_log(f)))
+        return 0
     shape = shapes.resolve(args.shape)
     ints = lambda text: tuple(int(v) for v in text.split(","))  # noqa: E731
     grid = {"tile_tokens": ints(args.tile_tokens), "stages": ints(args.stages), "min_blocks": ints(args.min_blocks),

@@ -144,6 +144,16 @@ for r in json.load(open(sys.argv[1]))["results"]:
     "$dir/layer_ab_$round.json"
 }
 
+# moe_sweep JSON LOG LIMIT SWEEP_ARGS...: sweep_moe_gemm_tiles.py SWEEP_ARGS --reps 10 (LIMIT s), its exit, then its timed
+# rows with each tile in --tiles form (read from the log, so a sweep cut short still reports what it timed).
+moe_sweep() {
+  local json=$1 log=$2 limit=$3 rc; shift 3
+  timeout "$limit" python3 profiling/sweep_moe_gemm_tiles.py "$@" --reps 10 --out "$json" > "$log" 2>&1
+  rc=$?
+  echo "$(basename "$log" .log) exit $rc (${SECONDS}s)"
+  python3 profiling/sweep_moe_gemm_tiles.py --summarize "$log"
+}
+
 # moe_build_ab DIR TABLES: the MoE GPU tests' kernels (tiny and Qwen3-30B-A3B, 120 s) and Qwen3-235B-A22B's TABLES (a layer
 # A/B's arms, e.g. auto,auto_dws; 90 s); logs DIR/build_tests.log, DIR/build_235b.log.
 moe_build_ab() {

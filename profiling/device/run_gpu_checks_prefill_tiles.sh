@@ -33,16 +33,7 @@ TILES=$(tr -d ' \n' <<< "$TILES")  # (the usage example above spans lines)
 for shape in qwen3-30b-a3b qwen3-235b-a22b; do
   [ "$(left)" -gt 100 ] || { echo "skip $shape: $(left)s left"; continue; }
   limit=$(( $(left) - 10 )); [ "$limit" -gt 180 ] && limit=180
-  timeout "$limit" python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens 4096,16384 --tiles "$TILES" \
-    --reps 10 --out "$DIR/prefill_tiles_$shape.json" > "$DIR/sweep_$shape.log" 2>&1
-  echo "sweep $shape exit $? (${SECONDS}s)"
-  python3 -c 'import re, sys  # from the log, so a sweep cut short by its time limit still reports its rows
-for line in open(sys.argv[1]):
-    m = re.match(r"T=\s*(\d+) TileConfig\((.*)\) gate_up ([0-9.]+) ms down ([0-9.]+) ms", line)
-    if m:
-        f = dict(kv.split("=", 1) for kv in m.group(2).split(", "))
-        print(m.group(1), f["variant"], "st" + f["stages"], "wg" + f["warpgroups"], "mt" + f["m_tiles"],
-              "ov" + f["overlap"][0], "gp" + f["gather_pieces"][0],
-              "gate_up", m.group(3), "down", m.group(4), "ms")' "$DIR/sweep_$shape.log"
+  moe_sweep "$DIR/prefill_tiles_$shape.json" "$DIR/sweep_$shape.log" "$limit" --shape "$shape" --tokens 4096,16384 \
+    --tiles "$TILES"
 done
 echo "== done ($(left)s left)"

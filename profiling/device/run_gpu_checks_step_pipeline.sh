@@ -27,11 +27,8 @@ for round in 1 2; do
   for shape in qwen3-30b-a3b qwen3-235b-a22b; do
     limit=$(( $(left) - 30 )); [ "$limit" -gt 90 ] && limit=90
     [ "$limit" -gt 15 ] || { echo "skip round $round $shape: $(left)s left"; continue; }
-    timeout "$limit" python3 profiling/sweep_moe_gemm_tiles.py --shape "$shape" --tokens 4096,16384 --tiles "$tiles" \
-      --check-bitwise --reps 10 --out "$DIR/sweep_${shape}_round$round.json" > "$DIR/sweep_${shape}_round$round.log" 2>&1
-    echo "round $round $shape exit $? (${SECONDS}s)"
-    sed -n 's/^T= *\([0-9]*\) .*step_pipeline=\(True\|False\)) gate_up \(.*\)$/\1 sp=\2 gate_up \3/p' \
-      "$DIR/sweep_${shape}_round$round.log"
+    moe_sweep "$DIR/sweep_${shape}_round$round.json" "$DIR/sweep_${shape}_round$round.log" "$limit" --shape "$shape" \
+      --tokens 4096,16384 --tiles "$tiles" --check-bitwise
   done
 done
 limit=$(( $(left) - 5 )); [ "$limit" -gt 90 ] && limit=90
