@@ -17,8 +17,9 @@ Sets:
   wide          the decode kernels run_gpu_checks_decode_wide.sh benchmarks at GQA 16 and 12 (mma4l and mma4l_c16)
   tuning        the MoE GEMMs of sweep_moe_gemm_tiles.py --tiles tuning at the other_shapes MoE shapes
                 (run_gpu_checks_moe_tuned_tables.sh)
-  moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp tables (run_gpu_checks_step_pipeline_ab.sh;
-                carried alone as .tkcache_moe: with the tree and the wheels it fills most of the 64 MiB)
+  moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp0 tables (run_gpu_checks_step_pipeline_ab.sh and,
+                with engine, run_gpu_checks_step_pipeline_default.sh; carried alone as .tkcache_moe: with the tree and
+                the wheels it fills most of the 64 MiB; moe_tests and engine: 31.8 MiB, thirty-eighth session)
 Afterwards only the newest entry of each kernel name stays (an edited header leaves the old key's entry behind) and the
 cache's size is printed: the device tool carries at most 64 MiB, the tree included. On this 2-core machine (nvcc
 13.0, 2026-12-05): kv 119 kernels in 48 s, engine 54 in 69 s, memory 141 in 69 s (26 MiB the three),
@@ -97,12 +98,13 @@ def tuning_specs() -> list:
 
 def moe_test_specs() -> list:
     """The MoE GPU tests' kernels (every table and extra tile of tiny and Qwen3-30B-A3B, as moe_prebuild.py builds
-    them) and Qwen3-235B-A22B's auto and auto_sp tables (the layer A/B of run_gpu_checks_step_pipeline_ab.sh; the other
-    A/B scripts' 235B tables compile on the device, in their moe_build_ab)."""
+    them) and Qwen3-235B-A22B's auto and auto_sp0 tables (the layer A/Bs of
+    run_gpu_checks_step_pipeline_{ab,default}.sh; the other A/B scripts' 235B tables compile on the device, in their
+    moe_build_ab)."""
     import moe_prebuild  # profiling/ is the script's folder
     from trace_kernels.codegen.ops import moe_gemm as codegen
     tests = moe_prebuild.kernel_specs(["tiny", "qwen3-30b-a3b"], tuple(codegen.TILE_TABLES))
-    return list(tests.values()) + list(moe_prebuild.kernel_specs(["qwen3-235b-a22b"], ("auto", "auto_sp"),
+    return list(tests.values()) + list(moe_prebuild.kernel_specs(["qwen3-235b-a22b"], ("auto", "auto_sp0"),
                                                                  extras=False).values())
 
 

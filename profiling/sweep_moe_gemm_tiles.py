@@ -31,9 +31,9 @@ from trace_kernels.moe_testing import random_topk
 from trace_kernels.testing.provenance import git_commit, utc_now
 
 # --tiles tuning: the tiles of auto's bands (the ws tiles below 1/8 routed row per expert, the one-warpgroup and
-# weights-direct TN=8 tiles, the v1 rings gathering whole activation pieces, the prefill down GEMM's ws tile) and a
-# stepped TN=64 ring, each v1 fused gate_up quantized afterwards as auto's are: the candidates a tuned table for
-# another shape picks from (run_gpu_checks_moe_tuned_tables.sh)
+# weights-direct TN=8 tiles, the v1 rings gathering whole activation pieces, the prefill ring with and without
+# step_pipeline, the prefill down GEMM's ws tile) and a stepped TN=64 ring, each v1 fused gate_up quantized afterwards
+# as auto's are: the candidates a tuned table for another shape picks from (run_gpu_checks_moe_tuned_tables.sh)
 TUNING_TILES = ("tile_tokens=8,stages=5,min_blocks=3,warpgroups=1,variant=ws,chunks_per_stage=2;"
                 "tile_tokens=8,stages=5,min_blocks=2,warpgroups=2,variant=ws,chunks_per_stage=2;"
                 "tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,quantize_after=1;"
@@ -44,6 +44,8 @@ TUNING_TILES = ("tile_tokens=8,stages=5,min_blocks=3,warpgroups=1,variant=ws,chu
                 "tile_tokens=32,stages=3,chunks_per_stage=2,fused_min_blocks=4,n_step=8,quantize_after=1,gather_pieces=1;"
                 "tile_tokens=64,stages=4,n_step=8,quantize_after=1,gather_pieces=1;"
                 "tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1;"
+                "tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1,"
+                "step_pipeline=1;"
                 "tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,variant=ws,m_tiles=2,quantize_after=1")
 
 

@@ -56,19 +56,20 @@ def test_n_step_tiles():
                 codegen.TileConfig(24, 2, n_step=16), codegen.TileConfig(32, 4, variant="ws", n_step=8)):
         with pytest.raises(ValueError, match="n_step"):
             codegen.check_tile(bad, 256)
-    # auto: auto_ns0's tables (auto before n_step) with n_step on their v1 ring tiles; the A/B variants of auto too
+    # auto (before step_pipeline: auto_sp0): auto_ns0's tables (auto before n_step) with n_step on their v1 ring
+    # tiles; the A/B variants of auto too
     for kind in codegen.CALL_KINDS:
         n, k = codegen.gemm_dims(shapes.preset("qwen3-30b-a3b"), kind)
         before = codegen.tile_table("auto_ns0", kind, k)
         assert all(not t.n_step for _, t in before)
-        assert codegen.tile_table("auto", kind, k) == tuple((limit, codegen.stepped(t)) for limit, t in before)
+        assert codegen.tile_table("auto_sp0", kind, k) == tuple((limit, codegen.stepped(t)) for limit, t in before)
         assert codegen.tile_for_rows(300 * 8, 128, "auto_cb", k=k, kind=kind, n=n).n_step == 8  # TN=32
     # (and their v1 tiles gathering whole activation pieces per thread, but in auto_gp0)
     def gathered(t):
         return dataclasses.replace(t, gather_pieces=t.variant == "v1" and t.tile_tokens >= 32)
 
-    assert codegen.TILE_TABLES["auto"] == tuple((limit, codegen.stepped(gathered(t)))
-                                                for limit, t in codegen.AUTO_TILE_TABLE)
+    assert codegen.TILE_TABLES["auto_sp0"] == tuple((limit, codegen.stepped(gathered(t)))
+                                                    for limit, t in codegen.AUTO_TILE_TABLE)
     assert codegen.TILE_TABLES["auto_ns0"] == tuple((limit, gathered(t)) for limit, t in codegen.AUTO_TILE_TABLE)
     assert codegen.TILE_TABLES["auto_gp0"] == tuple((limit, codegen.stepped(t)) for limit, t in codegen.AUTO_TILE_TABLE)
 
@@ -147,17 +148,17 @@ def test_fused_combine_tiles():
                 codegen.gemm_spec(shape, kind, base).name
     with pytest.raises(ValueError, match="fused_combine is a v1 knob"):
         codegen.gemm_spec(shape, "down_routed", dataclasses.replace(codegen.WS_PREFILL_DOWN_TILE, fused_combine=True))
-    for rows in (8, 64 * 8, 300 * 8, 16384 * 8):
-        auto = codegen.tile_for_rows(rows, 128, "auto", k=768, kind="down_routed", n=2048)
+    for rows in (8, 64 * 8, 300 * 8, 16384 * 8):  # auto_cb: auto before step_pipeline (auto_sp0), combining
+        auto = codegen.tile_for_rows(rows, 128, "auto_sp0", k=768, kind="down_routed", n=2048)
         cb = codegen.tile_for_rows(rows, 128, "auto_cb", k=768, kind="down_routed", n=2048)
         assert cb == dataclasses.replace(auto, fused_combine=auto.variant == "v1")
         assert codegen.tile_for_rows(rows, 128, "auto_cb", k=2048, kind="gate_up", n=1536) == \
-            codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up", n=1536)
+            codegen.tile_for_rows(rows, 128, "auto_sp0", k=2048, kind="gate_up", n=1536)
 
 
 def test_auto_ov_overlaps_auto_v1_tiles():
-    """auto_ov (A/B table): auto's tiles per GEMM kind, each v1 ring tile with the overlapped main loop (ws and
-    weights_direct tiles as they are)."""
+    """auto_ov (A/B table): auto's tiles before step_pipeline (auto_sp0) per GEMM kind, each v1 ring tile with the
+    overlapped main loop (ws and weights_direct tiles as they are)."""
     ov = codegen.overlapped
     tile = codegen.TileConfig(8, 2, chunks_per_stage=4)
     assert ov(tile) == codegen.TileConfig(8, 4, chunks_per_stage=2, overlap=True)
@@ -166,7 +167,7 @@ def test_auto_ov_overlaps_auto_v1_tiles():
     assert ov(ws) == ws
     for kind in codegen.CALL_KINDS:
         for k in (128, 768, 2048):
-            auto, auto_ov = codegen.tile_table("auto", kind, k), codegen.tile_table("auto_ov", kind, k)
+            auto, auto_ov = codegen.tile_table("auto_sp0", kind, k), codegen.tile_table("auto_ov", kind, k)
             assert [limit for limit, _ in auto] == [limit for limit, _ in auto_ov]
             for (_, a), (_, b) in zip(auto, auto_ov):
                 assert b == ov(a) and (b.overlap or b.variant == "ws" or b.weights_direct), (kind, k, a, b)
@@ -369,7 +370,7 @@ def test_auto_down_gemm_prefill_tile():
     shape whose N that tile cannot split falls back to v1's; decode is shared; the table kernels include both."""
     prefill, decode = 4096 * 8, 64 * 8  # 256 and 4 routed rows per expert
     prefill_v1 = codegen.TILE_TABLE[-1][1]
-    auto_prefill = codegen.stepped(dataclasses.replace(prefill_v1, gather_pieces=True))
+    auto_prefill = codegen.stepped(dataclasses.replace(prefill_v1, gather_pieces=True, step_pipeline=True))
     for k, n in ((768, 2048), (1536, 4096)):  # 30B (short K table) and 235B
         assert codegen.tile_for_rows(prefill, 128, "auto", k=k, kind="down_routed", n=n) == auto_prefill
         assert codegen.tile_for_rows(prefill, 128, "auto_dws", k=k, kind="down_routed", n=n) == \
@@ -391,6 +392,7 @@ def test_auto_down_gemm_prefill_tile():
     assert codegen.tile_for_rows(decode, 128, "v1", k=768, kind="down_routed", n=2048) == codegen.TILE_TABLE[0][1]
     # N = 192: not a multiple of 64 x 2 warpgroups x 2 m-tiles -> auto_dws runs v1's TN=128 tile, as auto does
     for variant, want in (("auto", auto_prefill), ("auto_dws", auto_prefill),
+                          ("auto_sp0", dataclasses.replace(auto_prefill, step_pipeline=False)),
                           ("auto_ns0", dataclasses.replace(prefill_v1, gather_pieces=True)),
                           ("auto_gp0", codegen.stepped(prefill_v1))):
         assert codegen.tile_for_rows(prefill, 8, variant, k=128, kind="down_routed", n=192) == want
@@ -460,9 +462,10 @@ def test_gather_pieces_kernels_and_refusals():
     for tile in (codegen.TileConfig(24, 4, warpgroups=2), codegen.TileConfig(8, 8)):  # at most one piece per thread
         assert codegen.gemm_spec(shape, "gate_up", dataclasses.replace(tile, **gp)).name == \
             codegen.gemm_spec(shape, "gate_up", tile).name
-    # auto differs from auto_gp0 in the prefill gate_up and down kernels alone (v1's TN=128 ring in both)
+    # auto before step_pipeline (auto_sp0) differs from auto_gp0 in the prefill gate_up and down kernels alone (v1's
+    # TN=128 ring in both)
     for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
-        auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
+        auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_sp0",))}
         gp0 = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_gp0",))}
         assert sorted(n.replace("_gp1", "") for n in auto - gp0) == sorted(gp0 - auto)
         assert {n.split("_nvfp4")[0] for n in auto - gp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h",
@@ -475,7 +478,7 @@ def test_step_pipeline_knob():
     do not name it; tiles it cannot run are refused before any build, and a launch whose K makes the ring one chunk
     per stage drops it."""
     dims = codegen.MoEDims(128, 2048, 768, 8)
-    prefill = codegen.tile_for_rows(4096 * 8, 128, "auto", k=768, kind="down_routed", n=2048)
+    prefill = codegen.tile_for_rows(4096 * 8, 128, "auto_sp0", k=768, kind="down_routed", n=2048)
     tile = dataclasses.replace(prefill, step_pipeline=True)
     spec = codegen.gemm_spec(dims, "down_routed", tile)
     assert spec.name.endswith("_gp1_sp1_sm90a") and "/*GATHER_PIECES=*/true, /*STEP_PIPE=*/true>" in render_spec(spec)
@@ -491,10 +494,24 @@ def test_step_pipeline_knob():
     assert codegen.fit_chunks(tile, 768) == tile
     fitted = codegen.fit_chunks(tile, 64)  # one chunk of K: stages of one chunk, no pipeline
     assert fitted.chunks_per_stage == 1 and not fitted.step_pipeline
-    # auto_sp: auto with it on the prefill ring, both GEMMs; auto below that row
+    # auto: it on the prefill ring, both GEMMs; auto_sp0 (auto without it) below that row and without it there
     for k, n, kind in ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
-                       (4096, 3072, "gate_up_swiglu")):
+                       (4096, 3072, "gate_up_swiglu"), (2048, 1536, "gate_up")):
         for rows in (4096 * 8, 64 * 8, 1024 * 8):
-            auto = codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
-            want = dataclasses.replace(auto, step_pipeline=True) if rows == 4096 * 8 else auto
-            assert codegen.tile_for_rows(rows, 128, "auto_sp", k=k, kind=kind, n=n) == want
+            before = codegen.tile_for_rows(rows, 128, "auto_sp0", k=k, kind=kind, n=n)
+            want = dataclasses.replace(before, step_pipeline=True) if rows == 4096 * 8 else before
+            assert codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n) == want
+    assert codegen.TILE_TABLES["auto"] == codegen.TILE_TABLES["auto_sp0"][:-1] + (
+        (float("inf"), dataclasses.replace(codegen.TILE_TABLES["auto_sp0"][-1][1], step_pipeline=True)),)
+    # the older arms never ran it: auto_ns0, auto_gp0, auto_ov, auto_cb
+    for variant in ("auto_sp0", "auto_ns0", "auto_gp0", "auto_ov", "auto_cb"):
+        assert not any(t.step_pipeline for kind in codegen.CALL_KINDS
+                       for _, t in codegen.tile_table(variant, kind, 2048))
+    # the production kernels: auto's and auto_sp0's differ in the prefill ring kernels alone, named _sp1 in auto
+    for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
+        auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
+        sp0 = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_sp0",))}
+        assert sorted(n.replace("_sp1", "") for n in auto - sp0) == sorted(sp0 - auto)
+        assert {n.split("_nvfp4")[0] for n in auto - sp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h",
+                                                              "moe_gemm_down_routed"}
+        assert all("_tn128_" in n for n in auto - sp0)

@@ -248,9 +248,9 @@ moe_prebuild_trees() {
   done
 }
 
-# moe_layer_ab DIR NAME TOKENS LIMIT BASE MIN_LEFT: two rounds of the layer benchmark, this tree then BASE in
+# moe_tree_ab DIR NAME TOKENS LIMIT BASE MIN_LEFT: two rounds of the layer benchmark, this tree then BASE in
 # each (bench_moe_tree, LIMIT s per run), while more than MIN_LEFT s of BUDGET are left.
-moe_layer_ab() {
+moe_tree_ab() {
   local dir=$1 name=$2 tokens=$3 limit=$4 base=$5 min_left=$6 round tree
   for round in 1 2; do
     for tree in new base; do

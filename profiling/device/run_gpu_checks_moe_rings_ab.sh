@@ -23,7 +23,7 @@ moe_prebuild_trees "$DIR" auto "qwen3-30b-a3b qwen3-235b-a22b" "$BASE"
 timeout 150 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$DIR/build_tests.log" 2>&1
 echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-moe_layer_ab "$DIR" moe_gemm_h200_rings 64,128,192,256,512 80 "$BASE" 120
+moe_tree_ab "$DIR" moe_gemm_h200_rings 64,128,192,256,512 80 "$BASE" 120
 qa="quantize_after=1"
 TILES="tile_tokens=128,stages=4,$qa;tile_tokens=128,stages=2,chunks_per_stage=2,$qa;tile_tokens=128,stages=5,$qa"
 TILES+=";tile_tokens=128,stages=2,chunks_per_stage=4,min_blocks=1,$qa;tile_tokens=128,stages=3,chunks_per_stage=2,min_blocks=1,$qa"

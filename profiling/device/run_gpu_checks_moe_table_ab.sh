@@ -25,7 +25,7 @@ timeout 150 python3 profiling/moe_prebuild.py --jobs 16 tiny qwen3-30b-a3b > "$D
 echo "test build exit $? (${SECONDS}s)"; tail -2 "$DIR/build_tests.log"
 prebuild_engine_test_models 150 "$DIR/build_engine.log"; echo "engine build (${SECONDS}s)"; tail -1 "$DIR/build_engine.log"
 gpu_tests 150 "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-moe_layer_ab "$DIR" "$NAME" "$TOKENS" 100 "$BASE" 200
+moe_tree_ab "$DIR" "$NAME" "$TOKENS" 100 "$BASE" 200
 gpu_tests $(( $(left) - 70 )) "$DIR/engine_tests.log" tests/rl/test_engine_gpu.py tests/rl/test_guidance_capture.py \
   tests/rl/test_engine_kernels.py
 limit=$(( ($(left) - 5) / 2 )); [ "$limit" -gt 60 ] && limit=60

@@ -181,12 +181,21 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_down2wg": AUTO_TILE_TABLE,
                # "auto" with the combine in the epilogue of every v1 down tile (fused_combine; A/B runs)
                "auto_cb": AUTO_TILE_TABLE,
-               # "auto" with step_pipeline on its prefill ring, both GEMMs (A/B runs)
-               "auto_sp": AUTO_TILE_TABLE}
+               # "auto" without step_pipeline on its prefill ring (A/B runs), as auto was until 2026-12-05
+               "auto_sp0": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp")
+               "auto_sp0")
+# The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
+# group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
+# same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
+# GEMMs on 30B, mixed on 235B. In two layer rounds with the arms swapped (moe_step_pipeline_ab_h100_round{1,2}.json,
+# whose arms auto_sp and auto are now auto and auto_sp0) the 30B layer was 0.2-3.5% faster in 5 of 6 cells from
+# T=2048 (+0.1% in the sixth), its fused gate_up 0.5-2.2% faster in all six, and 235B within that run's noise (its
+# control cell, T=1024, the same kernels in both arms, moved 4%). auto_sp0 is auto without it; auto_ns0, auto_gp0,
+# auto_ov and auto_cb (whose combining prefill down tile never ran with it) are without it too.
+STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -399,13 +408,23 @@ def tile_table(variant: str, kind: str | None = None,
                k: int | None = None) -> tuple[tuple[float, TileConfig], ...]:
     """The (rows per expert limit, tile) table of a variant, for one GEMM kind (and its K) where "auto"
     has its own."""
-    if variant in ("auto_ns0", "auto_gp0"):
+    if variant in ("auto_ns0", "auto_gp0", "auto_sp0"):
         table = _unstepped_table("auto", kind, k)
     else:
         table = _unstepped_table(variant, kind, k)
     if variant not in AUTO_TABLES:
         return table
-    return tuple((limit, _auto_tile(tile, variant)) for limit, tile in table)
+    table = tuple((limit, _auto_tile(tile, variant)) for limit, tile in table)
+    return _step_pipelined(table) if variant in STEP_PIPELINE_TABLES else table
+
+
+def _step_pipelined(table: tuple[tuple[float, TileConfig], ...]) -> tuple[tuple[float, TileConfig], ...]:
+    """A table whose last row (the prefill ring) pipelines its k16 steps, where that row is a v1 ring of 2 or more
+    chunks per stage (fit_chunks clears it again where K is a single chunk)."""
+    limit, tile = table[-1]
+    if tile.variant != "v1" or tile.weights_direct or tile.overlap or tile.chunks_per_stage < 2:
+        return table
+    return table[:-1] + ((limit, replace(tile, step_pipeline=True)),)
 
 
 def _auto_tile(tile: TileConfig, variant: str) -> TileConfig:
@@ -428,10 +447,6 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return tuple((limit, overlapped(tile)) for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_w64" and kind is not None:
         return _with_tn64_band(_unstepped_table("auto", kind, k))
-    if variant == "auto_sp" and kind is not None:  # auto's tables, the prefill ring (last row) with step_pipeline
-        table = _unstepped_table("auto", kind, k)
-        limit, tile = table[-1]
-        return table[:-1] + ((limit, replace(tile, step_pipeline=True)),) if tile.variant == "v1" else table
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
@@ -490,8 +505,10 @@ def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None
             warpgroups_for(n, tile)
         return tile
     except ValueError:
-        fallback = replace(_table_tile(TILE_TABLE, average), quantize_after=tile.quantize_after)
-        return fit_chunks(_auto_tile(fallback, variant), k)
+        table = tuple((limit, _auto_tile(v1_tile, variant)) for limit, v1_tile in TILE_TABLE)
+        if variant in STEP_PIPELINE_TABLES:
+            table = _step_pipelined(table)
+        return fit_chunks(replace(_table_tile(table, average), quantize_after=tile.quantize_after), k)
 
 
 @dataclass(frozen=True)

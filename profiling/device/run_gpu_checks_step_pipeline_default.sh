@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# step_pipeline on auto's prefill ring (thirty-eighth session, after run_gpu_checks_step_pipeline_ab.sh's layer A/B on
+# an H100; "auto_sp0" is auto without it), checked in one call (BUDGET s):
+#   1. the layer on the whole of issue 4's token list, auto against auto_sp0, two rounds in one process each, arms
+#      swapped in the second (below T=4096 both arms run the same kernels: the control); the table of "Where it
+#      stands" in docs/moe_gemm.md
+#   2. the MoE GPU tests (auto's prefill ring now pipelines its steps) and the RL layer's GPU tests (the engine's
+#      prefill runs it)
+#   3. while time is left: Nsight Compute with the warp stalls per SASS instruction (ncu_report, NCU_SOURCE=1) on the
+#      decode GEMMs auto runs at Qwen3-30B-A3B T=64 (the fused gate_up's v1 TN=8 ring, the down GEMM's weights_direct
+#      tile): is their "barrier" stall the wgmma wait, as the prefill tiles' was?
+# (memcheck and racecheck on the tiny layer over every tiling, the step_pipeline extra tiles among them, ran clean in
+# run_gpu_checks_step_pipeline_ab.sh's call: profiling/results/step_pipeline_ab_h100_checks.log)
+# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] bash profiling/device/run_gpu_checks_step_pipeline_default.sh
+#   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests engine
+#   -> $OUT/step_pipeline_default.tar
+set -uo pipefail
+OUT=${OUT:-runs/step_pipeline_default}
+BUDGET=${BUDGET:-560}
+DIR="$OUT/step_pipeline_default"
+mkdir -p "$DIR"
+export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
+source profiling/device/gpu_env.sh "$DIR/setup.log"
+tar_on_exit "$DIR"
+log_machine "$DIR/machine.log"
+
+moe_build_ab "$DIR" auto,auto_sp0
+prebuild_engine_test_models 60 "$DIR/build_engine.log"; echo "build_engine exit $? (${SECONDS}s)"
+layer_ab_swapped "$DIR" 150 330 auto,auto_sp0 --tokens 1,8,32,64,128,256,1024,4096,16384
+limit=$(( $(left) - 110 )); [ "$limit" -gt 150 ] && limit=150
+[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
+limit=$(( $(left) - 140 )); [ "$limit" -gt 100 ] && limit=100
+[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
+export NCU_SOURCE=1
+CASE=(python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens 64 --repeat 1 --auto-tiles)
+[ "$(left)" -gt 70 ] && ncu_report "$DIR/ncu_gate_up_t64" 60 "gate_up_swiglu_h" "${CASE[@]}"
+[ "$(left)" -gt 70 ] && ncu_report "$DIR/ncu_down_t64" 60 "down_routed" "${CASE[@]}"
+echo "== done ($(left)s left)"
