@@ -25,10 +25,13 @@ tar_on_exit() {
 }
 
 # log_machine LOG: the GPU (name, driver, clocks) and the tree's commit and changes, appended to LOG (the
-# device copy's git metadata may lag: the results' notes name the real commit).
+# device copy's git metadata is that of the session's start: the sources' digest names the tree,
+# `python profiling/source_digest.py --find DIGEST` its commit).
 log_machine() {
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
-    git log -1 --format='%H %s' 2>/dev/null; git status --short 2>/dev/null | head -20; } >> "$1" 2>&1
+    git log -1 --format='%H %s' 2>/dev/null; git status --short 2>/dev/null | head -20
+    python3 -c 'from trace_kernels.testing.provenance import source_digest; print("sources", source_digest())'
+  } >> "$1" 2>&1
 }
 
 # gpu_tests LIMIT LOG PYTEST_ARGS...: pytest, quiet, failures listed, no cache folder.
