@@ -7,8 +7,10 @@
 #   2. the MoE GPU tests (auto's prefill ring now pipelines its steps) and the RL layer's GPU tests (the engine's
 #      prefill runs it)
 #   3. while time is left: Nsight Compute with the warp stalls per SASS instruction (ncu_report, NCU_SOURCE=1) on the
-#      decode GEMMs auto runs at Qwen3-30B-A3B T=64 (the fused gate_up's v1 TN=8 ring, the down GEMM's weights_direct
-#      tile): is their "barrier" stall the wgmma wait, as the prefill tiles' was?
+#      decode GEMMs auto runs at T=64 (the fused gate_up's v1 TN=8 ring; the down GEMM's weights_direct tile on 30B,
+#      TN=8 ring on 235B), Qwen3-30B-A3B first, then Qwen3-235B-A22B (whose layer is nearer its roofline: 87% against
+#      70% on the H200): is their "barrier" stall the wgmma wait, as the prefill tiles' was? (It is not: the first
+#      call, on an H100, found the weights' arrival and the CTA barrier.)
 # (memcheck and racecheck on the tiny layer over every tiling, the step_pipeline extra tiles among them, ran clean in
 # run_gpu_checks_step_pipeline_ab.sh's call: profiling/results/step_pipeline_ab_h100_checks.log)
 # Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] bash profiling/device/run_gpu_checks_step_pipeline_default.sh
@@ -32,7 +34,10 @@ limit=$(( $(left) - 110 )); [ "$limit" -gt 150 ] && limit=150
 limit=$(( $(left) - 140 )); [ "$limit" -gt 100 ] && limit=100
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
 export NCU_SOURCE=1
-CASE=(python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens 64 --repeat 1 --auto-tiles)
-[ "$(left)" -gt 70 ] && ncu_report "$DIR/ncu_gate_up_t64" 60 "gate_up_swiglu_h" "${CASE[@]}"
-[ "$(left)" -gt 70 ] && ncu_report "$DIR/ncu_down_t64" 60 "down_routed" "${CASE[@]}"
+for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+  CASE=(python3 profiling/moe_gemm_ncu_case.py --shape "$shape" --tokens 64 --repeat 1 --auto-tiles)
+  suffix=$([ "$shape" = qwen3-30b-a3b ] && echo "" || echo "_235b")  # (the first call's reports had no suffix)
+  [ "$(left)" -gt 70 ] && ncu_report "$DIR/ncu_gate_up_t64$suffix" 60 "gate_up_swiglu_h" "${CASE[@]}"
+  [ "$(left)" -gt 70 ] && ncu_report "$DIR/ncu_down_t64$suffix" 60 "down_routed" "${CASE[@]}"
+done
 echo "== done ($(left)s left)"
