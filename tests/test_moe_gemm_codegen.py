@@ -464,13 +464,19 @@ def test_gather_pieces_kernels_and_refusals():
             codegen.gemm_spec(shape, "gate_up", tile).name
     # auto before step_pipeline (auto_sp0) differs from auto_gp0 in the prefill gate_up and down kernels alone (v1's
     # TN=128 ring in both)
+    _assert_prefill_kernels_alone_differ("auto_sp0", "auto_gp0", "_gp1")
+
+
+def _assert_prefill_kernels_alone_differ(variant: str, without: str, suffix: str) -> None:
+    """The production kernels of `variant` and `without` (a table without one knob of its) at 30B and 235B differ in
+    the three prefill ring kernels (TN=128: gate_up, fused gate_up, down) alone, named with `suffix` in `variant`."""
     for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
-        auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_sp0",))}
-        gp0 = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_gp0",))}
-        assert sorted(n.replace("_gp1", "") for n in auto - gp0) == sorted(gp0 - auto)
-        assert {n.split("_nvfp4")[0] for n in auto - gp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h",
-                                                               "moe_gemm_down_routed"}
-        assert all("_tn128_" in n and "_gp1_" in n for n in auto - gp0)
+        with_knob = {s.name for s in codegen.specs_for_shape(shapes.preset(name), (variant,))}
+        without_knob = {s.name for s in codegen.specs_for_shape(shapes.preset(name), (without,))}
+        assert sorted(n.replace(suffix, "") for n in with_knob - without_knob) == sorted(without_knob - with_knob)
+        assert {n.split("_nvfp4")[0] for n in with_knob - without_knob} == {
+            "moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h", "moe_gemm_down_routed"}
+        assert all("_tn128_" in n and f"{suffix}_" in n for n in with_knob - without_knob)
 
 
 def test_step_pipeline_knob():
@@ -508,10 +514,4 @@ def test_step_pipeline_knob():
         assert not any(t.step_pipeline for kind in codegen.CALL_KINDS
                        for _, t in codegen.tile_table(variant, kind, 2048))
     # the production kernels: auto's and auto_sp0's differ in the prefill ring kernels alone, named _sp1 in auto
-    for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
-        auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
-        sp0 = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_sp0",))}
-        assert sorted(n.replace("_sp1", "") for n in auto - sp0) == sorted(sp0 - auto)
-        assert {n.split("_nvfp4")[0] for n in auto - sp0} == {"moe_gemm_gate_up", "moe_gemm_gate_up_swiglu_h",
-                                                              "moe_gemm_down_routed"}
-        assert all("_tn128_" in n for n in auto - sp0)
+    _assert_prefill_kernels_alone_differ("auto", "auto_sp0", "_sp1")
