@@ -4,9 +4,11 @@ the machine's start-up has been paid for (it happened: two `moe_layer_ab`s, thir
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tarfile
 from collections import Counter
 from pathlib import Path
 
@@ -35,3 +37,28 @@ def test_scripts_do_not_redefine_gpu_env_helpers():
 def test_device_script_parses(script):
     result = subprocess.run(["bash", "-n", str(DEVICE / script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="no bash or tar here")
+@pytest.mark.parametrize("caller_budget", ["", "50"])
+def test_gpu_env_call_start(tmp_path, caller_budget):
+    """`source gpu_env.sh --call NAME BUDGET CACHE`: OUT, BUDGET (the caller's first), DIR and the cache set, and DIR
+    packed into OUT/NAME.tar with the machine's log when the script ends."""
+    script = tmp_path / "probe.sh"
+    script.write_text(f"""set -uo pipefail
+source {DEVICE / "gpu_env.sh"} --call probe 123 .cachex
+echo "$DIR|$BUDGET|$TRACE_KERNELS_CACHE_DIR|$(left)"
+echo measured > "$DIR/result.txt"
+""")
+    env = {k: v for k, v in os.environ.items() if k not in ("BUDGET", "TRACE_KERNELS_CACHE_DIR", "OUT")}
+    env["OUT"] = str(tmp_path / "out")
+    if caller_budget:
+        env["BUDGET"] = caller_budget
+    run = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    out_dir, budget, cache, left = run.stdout.splitlines()[0].split("|")
+    assert out_dir == f"{tmp_path}/out/probe" and cache == f"{tmp_path}/.cachex"
+    assert budget == (caller_budget or "123") and 0 < int(left) <= int(budget)
+    with tarfile.open(tmp_path / "out" / "probe.tar") as tar:
+        assert {"probe/result.txt", "probe/machine.log"} <= set(tar.getnames())
+    assert not (tmp_path / "out" / "probe").exists()

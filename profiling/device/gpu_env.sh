@@ -3,7 +3,22 @@
 # /tmp/site, puts them, python/ and rl/ on PYTHONPATH, keeps the JIT cache in the tree and defines
 # left(): the seconds of BUDGET still left.
 # Usage: source profiling/device/gpu_env.sh LOGFILE   (LOGFILE gets pip's output)
-gpu_env_log=${1:?usage: source profiling/device/gpu_env.sh LOGFILE}
+#    or: source profiling/device/gpu_env.sh --call NAME [BUDGET] [CACHE]: a one-call script's whole start as well:
+#        OUT (default runs/NAME), BUDGET (the caller's, else this default, else 560), DIR=$OUT/NAME created,
+#        TRACE_KERNELS_CACHE_DIR (the caller's, else $PWD/CACHE, default .tkcache_moe), pip's output in DIR/setup.log,
+#        DIR packed into $OUT/NAME.tar when the script ends (tar_on_exit) and the machine in DIR/machine.log
+if [ "${1:-}" = --call ]; then
+  gpu_env_call=${2:?usage: source profiling/device/gpu_env.sh --call NAME [BUDGET] [CACHE]}
+  OUT=${OUT:-runs/$gpu_env_call}
+  BUDGET=${BUDGET:-${3:-560}}
+  DIR="$OUT/$gpu_env_call"
+  mkdir -p "$DIR"
+  export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/${4:-.tkcache_moe}}
+  gpu_env_log="$DIR/setup.log"
+else
+  gpu_env_call=""
+  gpu_env_log=${1:?usage: source profiling/device/gpu_env.sh LOGFILE}
+fi
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .whl/*.whl > "$gpu_env_log" 2>&1 || echo "wheel install failed (see $(basename "$gpu_env_log"))"
@@ -262,3 +277,8 @@ moe_tree_ab() {
     done
   done
 }
+
+if [ -n "$gpu_env_call" ]; then
+  tar_on_exit "$DIR"
+  log_machine "$DIR/machine.log"
+fi

@@ -15,14 +15,7 @@
 #   TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_moe python profiling/moe_prebuild.py --tables auto,auto_cb --no-extras qwen3-235b-a22b
 #   -> $OUT/combine_prefill_ab.tar
 set -uo pipefail
-OUT=${OUT:-runs/combine_prefill_ab}
-BUDGET=${BUDGET:-560}
-DIR="$OUT/combine_prefill_ab"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call combine_prefill_ab 560
 
 moe_layer_ab "$DIR" auto,auto_cb 1024,2048,4096,16384 70
 limit=$(( $(left) - 5 )); [ "$limit" -gt 120 ] && limit=120

@@ -12,14 +12,7 @@
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests
 #   -> $OUT/down_prefill_ab.tar
 set -uo pipefail
-OUT=${OUT:-runs/down_prefill_ab}
-BUDGET=${BUDGET:-560}
-DIR="$OUT/down_prefill_ab"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call down_prefill_ab 560
 
 moe_layer_ab "$DIR" auto,auto_dws 1024,2048,4096,16384 130
 limit=$(( $(left) - 5 )); [ "$limit" -gt 150 ] && limit=150

@@ -14,14 +14,7 @@
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests kv wide engine
 #   -> $OUT/new_defaults.tar
 set -uo pipefail
-OUT=${OUT:-runs/new_defaults}
-BUDGET=${BUDGET:-570}
-DIR="$OUT/new_defaults"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call new_defaults 570
 
 moe_build_ab "$DIR" auto,auto_gp0
 bench() {  # bench NAME HEADS VARIANTS LIMIT

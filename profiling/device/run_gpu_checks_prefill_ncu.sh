@@ -11,14 +11,7 @@
 # Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] [NCU_SOURCE=1] bash profiling/device/run_gpu_checks_prefill_ncu.sh
 #   -> $OUT/prefill_ncu.tar
 set -uo pipefail
-OUT=${OUT:-runs/prefill_ncu}
-BUDGET=${BUDGET:-560}
-DIR="$OUT/prefill_ncu"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call prefill_ncu 560
 
 moe_build 120 "$DIR/build.log" tiny qwen3-30b-a3b
 CASE=(python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens 16384 --repeat 1 --auto-tiles)

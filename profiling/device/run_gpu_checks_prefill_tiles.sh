@@ -17,14 +17,7 @@
 # Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] [TILES=...] bash profiling/device/run_gpu_checks_prefill_tiles.sh
 #   -> $OUT/prefill_tiles.tar
 set -uo pipefail
-OUT=${OUT:-runs/prefill_tiles}
-BUDGET=${BUDGET:-560}
-DIR="$OUT/prefill_tiles"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call prefill_tiles 560
 
 TILES=${TILES:-"tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1;\
 tile_tokens=128,stages=4,min_blocks=1,warpgroups=2,variant=ws,m_tiles=2,quantize_after=1;\

@@ -11,14 +11,7 @@
 #   --tables v1 --no-extras --tiles "$A;$B" qwen3-30b-a3b qwen3-235b-a22b (A, B below)
 #   -> $OUT/step_pipeline.tar
 set -uo pipefail
-OUT=${OUT:-runs/step_pipeline}
-BUDGET=${BUDGET:-560}
-DIR="$OUT/step_pipeline"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_bench}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call step_pipeline 560 .tkcache_bench
 A="tile_tokens=128,stages=2,chunks_per_stage=2,n_step=16,quantize_after=1,gather_pieces=1"
 B="$A,step_pipeline=1"
 

@@ -14,14 +14,7 @@
 # Ran on an H100 (thirty-eighth session, asked for either card): profiling/results/moe_step_pipeline_ab_h100_round{1,2}.json,
 # step_pipeline_ab_h100_checks.log. auto took it; run_gpu_checks_step_pipeline_default.sh checks the new auto.
 set -uo pipefail
-OUT=${OUT:-runs/step_pipeline_ab}
-BUDGET=${BUDGET:-560}
-DIR="$OUT/step_pipeline_ab"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call step_pipeline_ab 560
 
 moe_layer_ab "$DIR" auto_sp0,auto 1024,2048,4096,16384 100
 echo "== done ($(left)s left)"

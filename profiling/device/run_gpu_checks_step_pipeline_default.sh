@@ -17,14 +17,7 @@
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests engine
 #   -> $OUT/step_pipeline_default.tar
 set -uo pipefail
-OUT=${OUT:-runs/step_pipeline_default}
-BUDGET=${BUDGET:-560}
-DIR="$OUT/step_pipeline_default"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call step_pipeline_default 560
 
 moe_build_ab "$DIR" auto,auto_sp0
 prebuild_engine_test_models 60 "$DIR/build_engine.log"; echo "build_engine exit $? (${SECONDS}s)"

@@ -11,14 +11,7 @@
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests
 #   -> $OUT/step_pipeline_ncu.tar
 set -uo pipefail
-OUT=${OUT:-runs/step_pipeline_ncu}
-BUDGET=${BUDGET:-400}
-DIR="$OUT/step_pipeline_ncu"
-mkdir -p "$DIR"
-export TRACE_KERNELS_CACHE_DIR=${TRACE_KERNELS_CACHE_DIR:-$PWD/.tkcache_moe}
-source profiling/device/gpu_env.sh "$DIR/setup.log"
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
+source profiling/device/gpu_env.sh --call step_pipeline_ncu 400
 
 moe_build_ab "$DIR" auto,auto_sp0
 export NCU_SOURCE=1
