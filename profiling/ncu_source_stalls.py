@@ -40,11 +40,15 @@ def read_rows(path: str) -> tuple[list[str], list[dict[str, str]]]:
     return list(reader.fieldnames or []), list(reader)
 
 
+def stall_columns(row: dict[str, str]) -> list[tuple[str, float]]:
+    """(reason, samples) of the row's 'stall_*' columns: all samples, not the '(Not Issued)' copies."""
+    return [(k[len("stall_"):], _number(v)) for k, v in row.items() if k and k.startswith("stall_") and "(" not in k]
+
+
 def stall_reasons(row: dict[str, str], top: int = 3) -> str:
-    """The row's largest 'stall_*' sample columns (all samples, not the '(Not Issued)' copies): 'barrier 61, wait 9'."""
-    reasons = [(_number(v), k[len("stall_"):]) for k, v in row.items()
-               if k and k.startswith("stall_") and "(" not in k]
-    return ", ".join(f"{name} {n:.0f}" for n, name in sorted(reasons, reverse=True)[:top] if n > 0)
+    """The row's largest stall reasons: 'barrier 61, wait 9'."""
+    reasons = sorted(((n, name) for name, n in stall_columns(row)), reverse=True)
+    return ", ".join(f"{name} {n:.0f}" for n, name in reasons[:top] if n > 0)
 
 
 def pick_column(header: list[str], wanted: str | None, needle: str = "Sampling (All") -> str | None:
@@ -68,7 +72,8 @@ def summarize(rows: list[dict[str, str]], column: str, source: str, address: str
     for s, r in sorted(samples, key=lambda p: -p[0])[:top]:
         where = r.get(address, "") if address else ""
         reasons = stall_reasons(r)
-        out.append(f"{100 * s / total:6.2f}%  {where:>8s}  {r.get(source, '').strip()}" + (f"  [{reasons}]" if reasons else ""))
+        out.append(f"{100 * s / total:6.2f}%  {where:>8s}  {r.get(source, '').strip()}" +
+                   (f"  [{reasons}]" if reasons else ""))
     per_op: Counter[str] = Counter()
     for s, r in samples:
         per_op[opcode(r.get(source, ""))] += s
@@ -93,9 +98,8 @@ def split_by_repeats(rows: list[dict[str, str]], column: str, source: str, facto
         ops: Counter[str] = Counter()
         for r in part:
             ops[opcode(r.get(source, ""))] += _number(r.get(column, ""))
-            for k, v in r.items():
-                if k and k.startswith("stall_") and "(" not in k:
-                    reasons[k[len("stall_"):]] += _number(v)
+            for reason, n in stall_columns(r):
+                reasons[reason] += n
         share = sum(_number(r.get(column, "")) for r in part)
         out.append(f"{name}: {len(part)} instructions, {100 * share / total:.1f}% of samples")
         out.append("  reasons: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in reasons.most_common(6)))

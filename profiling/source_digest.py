@@ -11,6 +11,7 @@ is that of the session's start).
 from __future__ import annotations
 
 import argparse
+import io
 import subprocess
 import sys
 import tarfile
@@ -22,18 +23,15 @@ from trace_kernels.testing.provenance import SOURCE_DIRS, SOURCE_FILES, repo_roo
 
 def commit_digest(rev: str, root: Path) -> str:
     """source_digest of commit rev's tree (its source folders and build files, extracted with git archive)."""
-    listed = subprocess.run(["git", "ls-tree", "--name-only", rev], capture_output=True, text=True, check=True,
-                            cwd=root).stdout.split()
-    paths = [p for p in (*SOURCE_DIRS, *SOURCE_FILES) if p in listed]
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "archive", "--format=tar", rev, *paths], capture_output=True, check=True,
-                                 cwd=root).stdout
-        tar_path = Path(tmp) / "tree.tar"
-        tar_path.write_bytes(archive)
-        out = Path(tmp) / "tree"
-        with tarfile.open(tar_path) as tar:
-            tar.extractall(out, filter="data")
-        return source_digest(out)
+    listing = subprocess.run(["git", "ls-tree", "--name-only", rev], capture_output=True, text=True, cwd=root)
+    if listing.returncode:
+        raise ValueError(f"not a commit of {root}: {rev!r} ({listing.stderr.strip()})")
+    paths = [p for p in (*SOURCE_DIRS, *SOURCE_FILES) if p in listing.stdout.split()]
+    archive = subprocess.run(["git", "archive", "--format=tar", rev, *paths], capture_output=True, check=True,
+                             cwd=root).stdout
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(tmp, filter="data")
+        return source_digest(Path(tmp))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = repo_root()
     if not args.find:
-        print(commit_digest(args.rev, root) if args.rev else source_digest(root))
+        try:
+            print(commit_digest(args.rev, root) if args.rev else source_digest(root))
+        except ValueError as error:
+            parser.error(str(error))
         return 0
     revs = subprocess.run(["git", "rev-list", f"--max-count={args.last}", "HEAD"], capture_output=True, text=True,
                           check=True, cwd=root).stdout.split()

@@ -412,8 +412,12 @@ def tile_table(variant: str, kind: str | None = None,
         table = _unstepped_table("auto", kind, k)
     else:
         table = _unstepped_table(variant, kind, k)
-    if variant not in AUTO_TABLES:
-        return table
+    return _as_auto_runs(table, variant) if variant in AUTO_TABLES else table
+
+
+def _as_auto_runs(table: tuple[tuple[float, TileConfig], ...], variant: str) -> tuple[tuple[float, TileConfig], ...]:
+    """An auto table's rows as that variant runs them: each tile through _auto_tile, and the prefill ring pipelining
+    its k16 steps in the STEP_PIPELINE_TABLES."""
     table = tuple((limit, _auto_tile(tile, variant)) for limit, tile in table)
     return _step_pipelined(table) if variant in STEP_PIPELINE_TABLES else table
 
@@ -505,10 +509,8 @@ def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None
             warpgroups_for(n, tile)
         return tile
     except ValueError:
-        table = tuple((limit, _auto_tile(v1_tile, variant)) for limit, v1_tile in TILE_TABLE)
-        if variant in STEP_PIPELINE_TABLES:
-            table = _step_pipelined(table)
-        return fit_chunks(replace(_table_tile(table, average), quantize_after=tile.quantize_after), k)
+        fallback = _table_tile(_as_auto_runs(TILE_TABLE, variant), average)
+        return fit_chunks(replace(fallback, quantize_after=tile.quantize_after), k)
 
 
 @dataclass(frozen=True)
