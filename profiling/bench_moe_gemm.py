@@ -30,6 +30,7 @@ import os
 import re
 import statistics
 import sys
+from typing import NamedTuple
 
 import torch
 
@@ -37,7 +38,7 @@ from trace_kernels import env, moe_gemm as ops, moe_tables
 from trace_kernels import shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_layout import CODE_RECORD_BYTES, SCALE_RECORD_BYTES, MoEWeights
-from trace_kernels.moe_routing import route
+from trace_kernels.moe_routing import route, token_tiles
 from trace_kernels.moe_testing import random_topk
 from trace_kernels.runtime import capture_graph
 from trace_kernels.testing.provenance import git_commit, utc_now
@@ -117,18 +118,37 @@ def nvfp4_bytes(e_active: int, hidden: int, inter: int, tokens: int, rows: int) 
     return int(weights + tokens_in + fused_out + down_in + out)
 
 
-def variant_arm(label: str, down_tiles: list | None = None):
-    """`--variants` entry -> (tile table, programmatic dependent launches, down tile override): "auto" uses PDL
-    between the layer's kernels (moe_gemm's pdl=True and FOLLOW_UP_PDL), "auto:nopdl" launches them plainly,
-    "auto:downJ" runs --down-tiles' J-th tile instead of the table's down tile where that has the same TN (a v1
-    tile: not the ws tile below 1/8 routed row per expert), for layer A/Bs of a down tile before it is tabled."""
+class Arm(NamedTuple):
+    variant: str  # tile table (codegen TILE_TABLES key)
+    pdl: bool  # programmatic dependent launches between the layer's kernels
+    down_tile: object  # a TileConfig replacing the table's down tile of its width, or None
+    grid: str  # "" (moe_routing.token_tile_bound), "loose" (ceil(M / TN) + E, the bound before) or "exact"
+
+
+def variant_arm(label: str, down_tiles: list | None = None) -> Arm:
+    """`--variants` entry -> Arm: "auto" uses PDL between the layer's kernels (moe_gemm's pdl=True and
+    FOLLOW_UP_PDL), "auto:nopdl" launches them plainly, "auto:downJ" runs --down-tiles' J-th tile instead of the
+    table's down tile where that has the same TN (a v1 tile: not the ws tile below 1/8 routed row per expert), for
+    layer A/Bs of a down tile before it is tabled. "auto:loose" launches the GEMMs' grids on the token-tile bound
+    before 2026-12-05 (ceil(M / TN) + E), "auto:exact" on the routing's real token tiles (read on the host before
+    timing, which a rollout cannot do): what the surplus CTAs of the bound cost."""
     variant, _, option = label.partition(":")
     down = re.fullmatch(r"down(\d+)", option)
-    if option not in ("", "nopdl") and not down:
-        raise ValueError(f"--variants entry {label!r}: the options are ':nopdl' and ':downJ'")
+    if option not in ("", "nopdl", "loose", "exact") and not down:
+        raise ValueError(f"--variants entry {label!r}: the options are ':nopdl', ':downJ', ':loose' and ':exact'")
     if down and int(down.group(1)) >= len(down_tiles or ()):
         raise ValueError(f"--variants entry {label!r}: --down-tiles has {len(down_tiles or ())} tiles")
-    return variant, option != "nopdl", down_tiles[int(down.group(1))] if down else None
+    return Arm(variant, option != "nopdl", down_tiles[int(down.group(1))] if down else None,
+               option if option in ("loose", "exact") else "")
+
+
+def grid_token_tiles(grid: str, offsets_cpu: torch.Tensor):
+    """moe_gemm._grid_token_tiles for an Arm's grid: None (the op's bound), the bound before, or the real count."""
+    if grid == "loose":
+        return lambda m, experts, tile_tokens: -(-m // tile_tokens) + experts
+    if grid == "exact":
+        return lambda m, experts, tile_tokens: max(1, token_tiles(offsets_cpu, tile_tokens))
+    return None
 
 
 def down_tile_for(m: int, e: int, variant: str, k: int, n: int, override=None):
@@ -168,6 +188,7 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
         s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
         e_active = int((routing.offsets[1:] > routing.offsets[:-1]).sum())
+        offsets_cpu = routing.offsets.cpu()
         up_out = ops.empty_gate_up_output(m, i, "cuda")
         ys = torch.empty(m, h, dtype=torch.float32, device="cuda")
         y = torch.empty(t, h, dtype=torch.bfloat16, device="cuda")
@@ -176,7 +197,7 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         flops = 2 * m * (2 * i * h + h * i)
         row = {"shape": shape.name, "tokens": t, "rows": m, "experts_active": e_active, "variants": {}}
         for vi, label in enumerate(variants):
-            variant, pdl, down_override = variant_arm(label, down_tiles)
+            variant, pdl, down_override, grid = variant_arm(label, down_tiles)
             tile = codegen.tile_for_rows(m, e, variant, k=h, kind="gate_up_swiglu", n=2 * i)
             down_tile = down_tile_for(m, e, variant, i, h, down_override)
 
@@ -194,8 +215,10 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
                 ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a,
                                 validate=False, out=up_out, tile=tile)
 
-            res = {"tile": dataclasses.asdict(tile), "down_tile": dataclasses.asdict(down_tile), "pdl": pdl}
+            res = {"tile": dataclasses.asdict(tile), "down_tile": dataclasses.asdict(down_tile), "pdl": pdl,
+                   "grid": grid or "bound"}
             ops.FOLLOW_UP_PDL = pdl
+            ops._grid_token_tiles = grid_token_tiles(grid, offsets_cpu)
             try:
                 if vi == 0:
                     res["nvfp4_eager_ms"] = timer(nvfp4_layer)
@@ -210,6 +233,7 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
                     res["nvfp4_combine_ms"] = timer(combine, graph=True)
             finally:
                 ops.FOLLOW_UP_PDL = True
+                ops._grid_token_tiles = None
             res["nvfp4_down_ms"] = res["nvfp4_ms"] - res["nvfp4_gate_up_fused_ms"]
             res["nvfp4_bandwidth_fraction"] = nbytes / bw * 1e3 / res["nvfp4_ms"]
             res["nvfp4_tflops"] = flops / (res["nvfp4_ms"] * 1e-3) / 1e12
@@ -304,7 +328,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep-tiles", default="", help="shapes whose T also run every v1 table tile")
     parser.add_argument("--variants", default="v1,ws",
                         help="kernel variants to time (codegen TILE_TABLES keys; KEY:nopdl = without programmatic "
-                             "dependent launches between the layer's kernels)")
+                             "dependent launches between the layer's kernels; KEY:loose / KEY:exact = the GEMMs' "
+                             "grids on the token-tile bound before 2026-12-05 / on the real token tiles)")
     parser.add_argument("--extra-tokens", default="", help="T values that also time EXTRA_TILES (every shape)")
     parser.add_argument("--down-tiles", default="",
                         help="down tiles the --variants entries KEY:downJ run (sweep_moe_gemm_tiles.py --tiles format)")

@@ -206,6 +206,32 @@ def test_route_sorts_stably_and_inverts():
         R.route(torch.tensor([[5]]), 5)
 
 
+def _offsets(rows_per_expert: list[int]) -> torch.Tensor:
+    return torch.tensor([0] + list(itertools.accumulate(rows_per_expert)), dtype=torch.int32)
+
+
+@pytest.mark.parametrize("tile_tokens", [8, 16, 32, 64, 128])
+def test_token_tile_bound_holds_every_routing(tile_tokens):
+    """The GEMMs' grid (token_tile_bound) never holds fewer token tiles than a routing has: uniform, skewed and
+    single-expert routings, experts without rows, fewer rows than experts; never more than the bound before it."""
+    gen = torch.Generator().manual_seed(tile_tokens)
+    for experts, tokens, top_k in [(128, 1, 8), (128, 8, 8), (128, 64, 8), (128, 1024, 8), (8, 3, 2), (64, 4096, 4)]:
+        for skew in (0.0, 1.0, 3.0):  # expert popularity ~ exp(skew * normal): 0 uniform, 3 very uneven
+            prob = torch.exp(skew * torch.randn(experts, generator=gen))
+            ids = torch.multinomial(prob.expand(tokens, experts), top_k, generator=gen)  # distinct per token
+            routing = R.route(ids, experts)
+            m = routing.num_rows
+            real = R.token_tiles(routing.offsets, tile_tokens)
+            bound = R.token_tile_bound(m, experts, tile_tokens)
+            assert real <= bound <= -(-m // tile_tokens) + experts, (experts, tokens, skew, real, bound)
+    assert R.token_tiles(_offsets([m := 3 * tile_tokens + 5, 0, 0]), tile_tokens) == 4  # all rows on one expert
+    assert R.token_tile_bound(m, 3, tile_tokens) >= 4
+    reached = _offsets([1 + tile_tokens * (i % 3) for i in range(20)])  # every expert 1 mod TN rows: equality
+    assert R.token_tiles(reached, tile_tokens) == R.token_tile_bound(int(reached[-1]), 20, tile_tokens)
+    assert R.token_tile_bound(8, 128, tile_tokens) == 8  # T=1 at top-8: one tile per expert with rows
+    assert R.token_tile_bound(0, 128, tile_tokens) == 1  # an empty routing still launches a valid grid
+
+
 # ---------------------------------------------------------------------------------------------
 # reference vs a naive per-slot loop in FP64
 # ---------------------------------------------------------------------------------------------

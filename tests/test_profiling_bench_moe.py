@@ -17,10 +17,10 @@ E, H, I = 128, 2048, 768  # qwen3-30b-a3b's down GEMM: N = H, K = I
 def test_down_override_replaces_only_the_table_tile_of_its_width():
     tiles = explicit_tiles("tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=2;"
                            "tile_tokens=16,stages=1,min_blocks=4,warpgroups=1,weights_direct=4")
-    assert bench.variant_arm("auto") == ("auto", True, None)
-    assert bench.variant_arm("auto:nopdl") == ("auto", False, None)
-    variant, pdl, tn8 = bench.variant_arm("auto:down0", tiles)
-    assert (variant, pdl, tn8) == ("auto", True, tiles[0])
+    assert bench.variant_arm("auto") == ("auto", True, None, "")
+    assert bench.variant_arm("auto:nopdl") == ("auto", False, None, "")
+    variant, pdl, tn8, grid = bench.variant_arm("auto:down0", tiles)
+    assert (variant, pdl, tn8, grid) == ("auto", True, tiles[0], "")
     tn16 = bench.variant_arm("auto:down1", tiles)[2]
     for rows_per_expert, override, want in ((4, tn8, tn8), (4, tn16, None), (8, tn16, tn16), (8, tn8, None),
                                             (0.05, tn8, None), (100, tn8, None)):
@@ -31,6 +31,20 @@ def test_down_override_replaces_only_the_table_tile_of_its_width():
         bench.variant_arm("auto:fast", tiles)
     with pytest.raises(ValueError, match="has 2 tiles"):
         bench.variant_arm("auto:down2", tiles)
+
+
+def test_grid_arms_launch_the_bound_before_or_the_real_tiles():
+    import torch
+
+    from trace_kernels import moe_routing
+
+    assert bench.variant_arm("auto:loose") == ("auto", True, None, "loose")
+    assert bench.variant_arm("auto_sp0:exact").grid == "exact"
+    offsets = torch.tensor([0, 3, 3, 20, 21], dtype=torch.int32)  # 4 experts, rows 3, 0, 17, 1
+    assert bench.grid_token_tiles("", offsets) is None  # the op's own bound
+    assert bench.grid_token_tiles("loose", offsets)(21, 4, 8) == 3 + 4
+    assert bench.grid_token_tiles("exact", offsets)(21, 4, 8) == 1 + 0 + 3 + 1
+    assert moe_routing.token_tile_bound(21, 4, 8) == (21 + 4 * 7) // 8  # 6: between the two
 
 
 def test_shape_list_takes_presets_configs_and_custom_shapes():

@@ -29,7 +29,7 @@ from . import moe_gemm_ref, nvfp4, nvtx
 from .codegen.ops import moe_gemm as codegen
 from .moe_gemm_ref import GateUpOutput, check_gemm_inputs
 from .moe_layout import MoEWeights
-from .moe_routing import MoERouting
+from .moe_routing import MoERouting, token_tile_bound
 
 __all__ = ["empty_gate_up_output", "moe_down", "moe_down_op", "moe_gate_up", "moe_gate_up_op", "moe_gemm", "moe_gemm_op",
            "tile_for_rows"]
@@ -139,6 +139,9 @@ def _check_ws_registers(kernel, spec) -> None:
 
 
 _max_persistent_ctas: int | None = None  # tests: cap the persistent grid (more items per CTA)
+# benchmarks: (m, experts, TN) -> the token tiles the grid holds instead of moe_routing.token_tile_bound; never below
+# the routing's real count (moe_routing.token_tiles), or rows go uncomputed
+_grid_token_tiles = None
 
 
 @functools.lru_cache(maxsize=None)
@@ -165,7 +168,9 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     spec, kernel = _plan(kind, weights, tile, top_k)
     launch = spec.launch
     device_index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    token_tiles = -(-m // tile.tile_tokens) + e  # upper bound on sum_e ceil(rows_e / TN)
+    # an upper bound on sum_e ceil(rows_e / TN): the offsets are on the device (and may be written by the
+    # previous kernel); the surplus CTAs find no tile and leave
+    token_tiles = (_grid_token_tiles or token_tile_bound)(m, e, tile.tile_tokens)
     x_tiles = weights.n // launch["block_rows"]
     kernel.allow_dynamic_smem(device_index, launch["smem_bytes"])  # before the occupancy query
     if launch["persistent"]:  # ws: CTAs walk the (token tile, weight tile) items counted on the device

@@ -1,6 +1,7 @@
 """GPU tests of the NVFP4 MoE grouped GEMM kernels against the reference (sm_90a, marked gpu)."""
 
 import dataclasses
+import itertools
 import os
 
 import pytest
@@ -10,7 +11,7 @@ from trace_kernels import moe_gemm as ops
 from trace_kernels import moe_gemm_ref as ref
 from trace_kernels import nvfp4
 from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TILE_TABLE, WS_TILE_TABLE, tile_for_rows
-from trace_kernels.moe_routing import route
+from trace_kernels.moe_routing import route, token_tile_bound, token_tiles
 from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE, make_problem, make_weights, random_topk
 from trace_kernels.ops import _common
 from trace_kernels.runtime import capture_graph
@@ -123,6 +124,31 @@ def test_gate_up_fused_quantization_of_extreme_rows():
         assert torch.equal(scales, own.q.scale), tile
         assert torch.equal(out.a_next.cpu(), own.a_next), tile
         assert torch.equal(out.mantissa_bits.cpu(), own.mantissa_bits), tile
+
+
+def test_grid_at_its_bound_computes_every_tile():
+    """Routings whose token tiles equal the grid's bound (moe_routing.token_tile_bound: every expert has rows, each
+    1 mod TN of them), so the last CTA of the grid holds the last tile: every row computed, plain and fused."""
+    e, h, i, _ = SHAPES["tiny"]
+    gen = torch.Generator().manual_seed(5)
+    for tile in TILES:
+        tn = tile.tile_tokens
+        rows = [1 + tn * (int(torch.randint(0, 3, (1,), generator=gen)) if j else 1) for j in range(e)]
+        offsets = torch.tensor([0] + list(itertools.accumulate(rows)), dtype=torch.int32)
+        m = int(offsets[-1])
+        assert token_tiles(offsets, tn) == token_tile_bound(m, e, tn)
+        p = problem("tiny", m, 300 + tn)  # [m, H] tokens; row r reads a random one
+        offsets, row_index = offsets.cuda(), torch.randint(0, m, (m,), generator=gen, dtype=torch.int32).cuda()
+        want = ref.moe_gemm_ref(p.a, p.gate_up, offsets, row_index=row_index, row_scale=p.s_a)
+        got = ops.moe_gemm(p.a, p.gate_up, offsets, row_index=row_index, row_scale=p.s_a, tile=tile,
+                           out=torch.full_like(want, float("nan")))
+        fused = ops.moe_gate_up(p.a, p.gate_up, offsets, row_index=row_index, row_scale=p.s_a, tile=tile,
+                                out=_poisoned_gate_up(m, i))
+        torch.cuda.synchronize()
+        assert not got.isnan().any() and _rel(got, want) <= 2e-3, (tile, _rel(got, want))
+        own = ref.quantize_swiglu(fused.h.cpu())
+        assert not fused.h.isnan().any() and torch.equal(fused.q.codes.cpu(), own.q.codes), tile
+        assert torch.equal(fused.mantissa_bits.cpu(), own.mantissa_bits), tile
 
 
 @pytest.mark.parametrize("tokens,skew", [(1, 0.0), (64, 0.0), (300, 3.0), (1024, 0.0)])
