@@ -78,8 +78,8 @@ def token_tile_bound(num_rows: int, num_experts: int, tile_tokens: int) -> int:
 
     Each of the at most min(E, M) experts with rows pads its last tile with at most TN - 1 rows, so the tiles
     number at most (M + min(E, M) (TN - 1)) / TN, reached when min(E, M) experts have rows, each 1 mod TN of them.
-    (The bound before, ceil(M / TN) + E, launched 136 token tiles for T=8 at top-8 of 128 experts, of which about 50
-    hold rows; this one 64.) At least 1, so an empty routing still launches a valid grid.
+    (The bound before, ceil(M / TN) + E, launched 136 token tiles for T=8 at top-8 of 128 experts, of which 49 held
+    rows in the benchmark's routing; this one 64.) At least 1, so an empty routing still launches a valid grid.
     """
     return max(1, (num_rows + min(num_experts, num_rows) * (tile_tokens - 1)) // tile_tokens)
 

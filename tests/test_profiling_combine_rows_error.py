@@ -1,0 +1,16 @@
+"""profiling/combine_rows_error.py (CPU): the error BF16 per-slot rows would add to the down GEMM's combine."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profiling"))
+
+import combine_rows_error  # noqa: E402
+
+
+def test_bf16_rows_add_error_the_fp32_rows_do_not():
+    r = combine_rows_error.errors(32, seed=4, experts=8, hidden=256, inter=128, top_k=2)
+    # FP32 rows: the output's own BF16 rounding is the whole error (the FP32 sums are far finer)
+    assert abs(r["fp32_rows"] - r["output_rounding_alone"]) <= 0.05 * r["output_rounding_alone"]
+    assert 1e-3 < r["output_rounding_alone"] < 2e-3  # BF16's relative rounding error, ~2^-9 / sqrt(3) rms
+    assert r["bf16_rows"] > 1.2 * r["fp32_rows"]  # a second rounding per slot
