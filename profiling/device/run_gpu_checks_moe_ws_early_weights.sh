@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The ws kernel's producer requests its first item's first STAGES stages of weights before it waits for the previous
+# kernel and before it looks up the item's token rows (thirty-ninth session; moe_gemm_ws.cuh, as v1 does with its first
+# chunks). auto runs ws below 1/8 routed row per expert (T <= 2 at top-8 of 128 experts), where Nsight Compute had the
+# T=1 GEMMs waiting on fixed costs rather than on their ring. One call (BUDGET s):
+#   1. the kernels: the MoE GPU tests' and 235B auto's (the new ws kernels compile here), the engine tests' models
+#   2. the layer, this tree against BASE (.ab_base: the previous commit's python/, cuda/, codegen/ and bench script),
+#      two rounds, each tree in turn (moe_tree_ab), auto table, T = 1, 2, 4, 8 (T >= 4 runs v1 tiles: the control)
+#   3. the MoE GPU tests (every ws tiling against the reference and bitwise against v1; PDL launches against plain ones;
+#      persistent grids capped to 1 and 3 CTAs, so later items take the ring after the early ones), the RL layer's GPU
+#      tests, memcheck and racecheck on the tiny layer over every tiling
+# Usage (repo root; carry .whl, .tkcache_moe, .ab_base): TRACE_KERNELS_BENCH_COMMIT=<commit> OUT=$OUT [BUDGET=520] \
+#     bash profiling/device/run_gpu_checks_moe_ws_early_weights.sh
+#   .ab_base: rm -rf .ab_base && mkdir .ab_base && git archive BASE_COMMIT python cuda codegen \
+#     profiling/bench_moe_gemm.py profiling/device/gpu_env.sh | tar -x -C .ab_base
+#   -> $OUT/moe_ws_early_weights.tar
+set -uo pipefail
+source profiling/device/gpu_env.sh --call moe_ws_early_weights 520
+BASE=${BASE:-.ab_base}
+
+moe_build_ab "$DIR" auto
+prebuild_engine_test_models 60 "$DIR/build_engine.log"; echo "build_engine exit $? (${SECONDS}s)"
+moe_tree_ab "$DIR" moe_ws_early_weights 1,2,4,8 60 "$BASE" 250
+limit=$(( $(left) - 200 )); [ "$limit" -gt 120 ] && limit=120
+[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
+limit=$(( $(left) - 110 )); [ "$limit" -gt 90 ] && limit=90
+[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
+moe_sanitizers_left "$DIR" 50
+echo "== done ($(left)s left)"
