@@ -8,11 +8,11 @@
 #      two rounds, each tree in turn (moe_tree_ab), auto table, T = 1, 2, 4, 8 (T >= 4 runs v1 tiles: the control)
 #   3. the MoE GPU tests (every ws tiling against the reference and bitwise against v1; PDL launches against plain ones;
 #      persistent grids capped to 1 and 3 CTAs, so later items take the ring after the early ones), the RL layer's GPU
-#      tests, memcheck and racecheck on the tiny layer over every tiling
+#      tests, memcheck and racecheck on the tiny layer over every tiling (AB_ONLY=1: steps 1-2 alone, four rounds)
 # Usage (repo root; carry .whl, .tkcache_moe, .ab_base): TRACE_KERNELS_BENCH_COMMIT=<commit> OUT=$OUT [BUDGET=520] \
 #     bash profiling/device/run_gpu_checks_moe_ws_early_weights.sh
 #   .ab_base: rm -rf .ab_base && mkdir .ab_base && git archive BASE_COMMIT python cuda codegen \
-#     profiling/bench_moe_gemm.py profiling/device/gpu_env.sh | tar -x -C .ab_base
+#     profiling/bench_moe_gemm.py profiling/sweep_moe_gemm_tiles.py profiling/device/gpu_env.sh | tar -x -C .ab_base
 #   -> $OUT/moe_ws_early_weights.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_ws_early_weights 520
@@ -20,6 +20,11 @@ BASE=${BASE:-.ab_base}
 
 moe_build_ab "$DIR" auto
 prebuild_engine_test_models 60 "$DIR/build_engine.log"; echo "build_engine exit $? (${SECONDS}s)"
+if [ "${AB_ONLY:-0}" = 1 ]; then
+  moe_tree_ab "$DIR" moe_ws_early_weights 1,2,4,8 60 "$BASE" 30
+  moe_tree_ab "$DIR" moe_ws_early_weights_more 1,2,4,8 60 "$BASE" 30
+  echo "== done ($(left)s left)"; exit 0
+fi
 moe_tree_ab "$DIR" moe_ws_early_weights 1,2,4,8 60 "$BASE" 250
 limit=$(( $(left) - 200 )); [ "$limit" -gt 120 ] && limit=120
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py

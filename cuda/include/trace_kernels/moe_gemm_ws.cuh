@@ -166,6 +166,10 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
     }
   }
   __syncthreads();
+  // Everything below may read the previous kernel's outputs (pdl.cuh); the scan above reads only the
+  // offsets, which come from before it.
+  pdl::wait_for_prerequisite_grid();
+  pdl::allow_dependent_launch();
   // (read after setmaxnreg in each role: a value live across it is spilled)
   auto items = [&]() { return tile_start[E] * kXTiles; };
 
@@ -182,37 +186,6 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
     row0 = p.offsets[expert] + (y_tile - tile_start[expert]) * TN;
     rows_valid = min(TN, p.offsets[expert + 1] - row0);
   };
-
-  // Stage s's weight records (ring iteration ks of the item whose first record is `record`), by one producer
-  // thread: its expect_tx is one of full[s]'s arrivals, the gathering threads' the others.
-  auto issue_weights = [&](size_t record, int ks, int s) {
-    ws::mbar_arrive_expect_tx(&full_bar[s], kTxBytes);
-#pragma unroll
-    for (int w = 0; w < NWG * MT; ++w) {  // record group w = warpgroup * MT + m tile
-      const size_t rec = record + static_cast<size_t>(w) * kChunks + ks * CPS;  // CPS records are contiguous
-      ws::bulk_copy(smem + Smem::kCodes + s * Smem::kCodesStage + w * CPS * detail::kCodeRecord,
-                    p.w_codes + rec * detail::kCodeRecord, CPS * detail::kCodeRecord, &full_bar[s]);
-      ws::bulk_copy(smem + Smem::kScales + s * Smem::kScalesStage + w * CPS * detail::kScaleRecord,
-                    p.w_scales + rec * detail::kScaleRecord, CPS * detail::kScaleRecord, &full_bar[s]);
-    }
-  };
-  auto item_record = [&](int expert, int wt) {  // the item's (weight tile, chunk 0) record
-    return (static_cast<size_t>(expert) * kRowTiles + wt * NWG * MT) * kChunks;
-  };
-  // The first item's first STAGES stages of weights depend only on the offsets and the weights, which come
-  // from before the previous kernel on the stream (pdl.cuh): the producer requests them before it waits for
-  // that kernel, so under a programmatic dependent launch they stream in while it finishes (as v1's first
-  // chunks do), and the CTA's first stages no longer wait for its token rows. Its main loop skips them.
-  constexpr int kEarlyStages = STAGES < kStageIters ? STAGES : kStageIters;
-  if (tid == kConsumers && static_cast<int>(blockIdx.x) < items()) {
-    int expert, row0, rows_valid, wt, y_tile;
-    decode(blockIdx.x, expert, row0, rows_valid, wt, y_tile);
-    for (int ks = 0; ks < kEarlyStages; ++ks) issue_weights(item_record(expert, wt), ks, ks);
-  }
-  // Everything below may read the previous kernel's outputs; the code above reads only the offsets and the
-  // weights.
-  pdl::wait_for_prerequisite_grid();
-  pdl::allow_dependent_launch();
 
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
                                              make_shape(Int<TN>{}, Int<detail::kChunkK>{}, Int<STAGES * CPS>{})));
@@ -268,12 +241,22 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       load_token_rows<TN, EPI>(p, expert, row0, rows_valid, ptid, kGatherers, src_rows, tok + (2 * slot) * TN,
                                tok + (2 * slot + 1) * TN);
       ws::gather_sync<kGatherers>();
-      const size_t record = item_record(expert, wt);
+      const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG * MT) * kChunks;  // (tile, chunk 0)
       const int c = ptid & 7;  // this thread's 16-byte column piece of every activation row
       for (int ks = 0; ks < kStageIters; ++ks, ++it) {
         const int s = it % STAGES;
         ws::mbar_wait(&empty_bar[s], ((it / STAGES) & 1) ^ 1);
-        if (ptid == 0 && (local > 0 || ks >= kEarlyStages)) issue_weights(record, ks, s);  // (else requested early)
+        if (ptid == 0) {
+          ws::mbar_arrive_expect_tx(&full_bar[s], kTxBytes);
+#pragma unroll
+          for (int w = 0; w < NWG * MT; ++w) {  // record group w = warpgroup * MT + m tile
+            const size_t rec = record + static_cast<size_t>(w) * kChunks + ks * CPS;  // CPS records are contiguous
+            ws::bulk_copy(smem + Smem::kCodes + s * Smem::kCodesStage + w * CPS * detail::kCodeRecord,
+                          p.w_codes + rec * detail::kCodeRecord, CPS * detail::kCodeRecord, &full_bar[s]);
+            ws::bulk_copy(smem + Smem::kScales + s * Smem::kScalesStage + w * CPS * detail::kScaleRecord,
+                          p.w_scales + rec * detail::kScaleRecord, CPS * detail::kScaleRecord, &full_bar[s]);
+          }
+        }
 #pragma unroll
         for (int sub = 0; sub < CPS; ++sub) {
           const int chunk = ks * CPS + sub;
