@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ws kernel's producer requests its first item's first STAGES stages of weights before it waits for the previous
-# kernel and before it looks up the item's token rows (thirty-ninth session; moe_gemm_ws.cuh, as v1 does with its first
-# chunks). auto runs ws below 1/8 routed row per expert (T <= 2 at top-8 of 128 experts), where Nsight Compute had the
+# kernel and before it looks up the item's token rows (thirty-ninth session, commit d11a460's moe_gemm_ws.cuh, as v1 does
+# with its first chunks; measured slower on 30B and reverted: docs/moe_gemm.md, "2026-12-05 (thirty-ninth session)".
+# The script runs this tree against BASE as they are: to repeat the A/B, check out d11a460's header first). auto runs ws below 1/8 routed row per expert (T <= 2 at top-8 of 128 experts), where Nsight Compute had the
 # T=1 GEMMs waiting on fixed costs rather than on their ring. One call (BUDGET s):
 #   1. the kernels: the MoE GPU tests' and 235B auto's (the new ws kernels compile here), the engine tests' models
 #   2. the layer, this tree against BASE (.ab_base: the previous commit's python/, cuda/, codegen/ and bench script),
