@@ -4,11 +4,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profiling"))
 
 import bench_moe_gemm as bench  # noqa: E402
 from sweep_moe_gemm_tiles import explicit_tiles  # noqa: E402
+from trace_kernels import moe_routing  # noqa: E402
 from trace_kernels.codegen.ops import moe_gemm as codegen  # noqa: E402
 
 E, H, I = 128, 2048, 768  # qwen3-30b-a3b's down GEMM: N = H, K = I
@@ -34,10 +36,6 @@ def test_down_override_replaces_only_the_table_tile_of_its_width():
 
 
 def test_grid_arms_launch_the_bound_before_or_the_real_tiles():
-    import torch
-
-    from trace_kernels import moe_routing
-
     assert bench.variant_arm("auto:loose") == ("auto", True, None, "loose")
     assert bench.variant_arm("auto_sp0:exact").grid == "exact"
     offsets = torch.tensor([0, 3, 3, 20, 21], dtype=torch.int32)  # 4 experts, rows 3, 0, 17, 1

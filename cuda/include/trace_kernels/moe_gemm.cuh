@@ -345,7 +345,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
   if (tid < 32) scan_expert_tiles<E, TN>(p.offsets, tile_start, tid);
   __syncthreads();
-  if (y_tile >= tile_start[E]) return;  // the grid is an upper bound (ceil(M/TN) + E)
+  if (y_tile >= tile_start[E]) return;  // the grid is an upper bound (moe_routing.token_tile_bound)
   for (int e = tid; e < E; e += kThreads)
     if (tile_start[e] <= y_tile && y_tile < tile_start[e + 1]) item[0] = e;
   __syncthreads();
