@@ -14,6 +14,7 @@
 # (memcheck and racecheck on the tiny layer over every tiling, the step_pipeline extra tiles among them, ran clean in
 # run_gpu_checks_step_pipeline_ab.sh's call: profiling/results/step_pipeline_ab_h100_checks.log)
 # Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] bash profiling/device/run_gpu_checks_step_pipeline_default.sh
+#   (LAYER_MIN_LEFT=S: start a layer round while more than S s are left, default 330; a smaller BUDGET's one round)
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests engine
 #   -> $OUT/step_pipeline_default.tar
 set -uo pipefail
@@ -21,7 +22,7 @@ source profiling/device/gpu_env.sh --call step_pipeline_default 560
 
 moe_build_ab "$DIR" auto,auto_sp0
 prebuild_engine_test_models 60 "$DIR/build_engine.log"; echo "build_engine exit $? (${SECONDS}s)"
-layer_ab_swapped "$DIR" 150 330 auto,auto_sp0 --tokens 1,8,32,64,128,256,1024,4096,16384
+layer_ab_swapped "$DIR" 150 "${LAYER_MIN_LEFT:-330}" auto,auto_sp0 --tokens 1,8,32,64,128,256,1024,4096,16384
 limit=$(( $(left) - 110 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 limit=$(( $(left) - 140 )); [ "$limit" -gt 100 ] && limit=100
