@@ -187,8 +187,8 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         m = routing.num_rows
         x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
         s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
-        e_active = int((routing.offsets[1:] > routing.offsets[:-1]).sum())
-        offsets_cpu = routing.offsets.cpu()
+        offsets_cpu = routing.offsets.cpu()  # (one read-back: the active experts, the exact grid arm)
+        e_active = int((offsets_cpu[1:] > offsets_cpu[:-1]).sum())
         up_out = ops.empty_gate_up_output(m, i, "cuda")
         ys = torch.empty(m, h, dtype=torch.float32, device="cuda")
         y = torch.empty(t, h, dtype=torch.bfloat16, device="cuda")

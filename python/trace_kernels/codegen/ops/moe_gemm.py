@@ -422,11 +422,16 @@ def _as_auto_runs(table: tuple[tuple[float, TileConfig], ...], variant: str) -> 
     return _step_pipelined(table) if variant in STEP_PIPELINE_TABLES else table
 
 
+def _can_step_pipeline(tile: TileConfig) -> bool:
+    """step_pipeline's tiles: v1 rings of 2 or more chunks per stage, without weights_direct or overlap."""
+    return tile.variant == "v1" and not tile.weights_direct and not tile.overlap and tile.chunks_per_stage >= 2
+
+
 def _step_pipelined(table: tuple[tuple[float, TileConfig], ...]) -> tuple[tuple[float, TileConfig], ...]:
-    """A table whose last row (the prefill ring) pipelines its k16 steps, where that row is a v1 ring of 2 or more
-    chunks per stage (fit_chunks clears it again where K is a single chunk)."""
+    """A table whose last row (the prefill ring) pipelines its k16 steps, where that row can (_can_step_pipeline;
+    fit_chunks clears it again where K is a single chunk)."""
     limit, tile = table[-1]
-    if tile.variant != "v1" or tile.weights_direct or tile.overlap or tile.chunks_per_stage < 2:
+    if not _can_step_pipeline(tile):
         return table
     return table[:-1] + ((limit, replace(tile, step_pipeline=True)),)
 
@@ -617,8 +622,7 @@ def check_tile(tile: TileConfig, k: int) -> None:
     if tile.n_step and (tile.variant == "ws" or tile.n_step % 8 or tile.n_step >= tile.tile_tokens or
                         tile.tile_tokens % tile.n_step):
         raise ValueError(f"n_step is a v1 knob: a multiple of 8 below tile_tokens that divides it: {tile}")
-    if tile.step_pipeline and (tile.variant != "v1" or tile.weights_direct or tile.overlap or
-                               tile.chunks_per_stage < 2):
+    if tile.step_pipeline and not _can_step_pipeline(tile):
         raise ValueError(f"step_pipeline is a v1 ring knob with 2 or more chunks per stage (no weights_direct or "
                          f"overlap): {tile}")
     if tile.variant == "ws" and tile.fused_combine:
