@@ -438,6 +438,16 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
     assert codegen.tile_for_rows(64, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.DOWN_DIRECT_TILE
     for rows in (512, 8192, 131072):
         assert codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after
+    # auto_qk: auto with every fused gate_up quantized by its own last CTA; the other kinds as auto
+    for rows in (8, 64, 512, 8192, 131072):
+        qk = codegen.tile_for_rows(rows, 128, "auto_qk", k=2048, kind="gate_up_swiglu", n=1536)
+        auto = codegen.tile_for_rows(rows, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536)
+        assert not qk.quantize_after and qk == dataclasses.replace(auto, quantize_after=False)
+        for kind, k, n in (("gate_up", 2048, 1536), ("down_routed", 768, 2048)):
+            assert (codegen.tile_for_rows(rows, 128, "auto_qk", k=k, kind=kind, n=n)
+                    == codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n))
+    qk_names = [s.name for s in codegen.specs_for_shape(shape, ("auto_qk",))]
+    assert not any("gate_up_swiglu_h_" in n for n in qk_names)
 
 
 def test_gather_pieces_kernels_and_refusals():

@@ -41,6 +41,7 @@
 #include "trace_kernels/moe_dequant.cuh"
 #include "trace_kernels/moe_nvfp4_row.cuh"
 #include "trace_kernels/pdl.cuh"
+#include "trace_kernels/tile_arrival.cuh"
 
 namespace trace_kernels::moe {
 
@@ -701,16 +702,13 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   }
 
   if constexpr (EPI == Epilogue::SwigluQuant) {
-    // The last CTA to finish this token tile quantizes its complete rows of h (order-independent).
-    __threadfence();
+    // The last CTA to finish this token tile quantizes its complete rows of h (order-independent): the
+    // barrier orders this CTA's h stores before thread 0's acq_rel arrival (tile_arrival.cuh), the second one
+    // hands the verdict, and with it the other CTAs' h, to every thread.
     __syncthreads();
-    if (tid == 0) {
-      const int done = atomicAdd(&p.tile_counters[y_tile], 1);
-      item[1] = (done == N / kBlockRows - 1);
-    }
+    if (tid == 0) item[1] = (arrive_acq_rel_gpu(&p.tile_counters[y_tile]) == N / kBlockRows - 1);
     __syncthreads();
     if (!item[1]) return;
-    __threadfence();
     if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
     quantize_rows_nvfp4<N / 2, (TN >= 64), kThreads / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
                                                           p.q_block_scales, p.q_scale, p.q_dequant,

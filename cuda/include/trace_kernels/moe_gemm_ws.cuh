@@ -18,7 +18,7 @@
 //   * consumer warpgroups wait on full[s], dequantize, issue wgmma, and release the stage on empty[s]
 //     once their wgmmas that read it have completed; they never wait for each other in the main
 //     loop, so one warpgroup's dequantization overlaps the other's tensor-core work;
-//   * ASYNC_EPI (fused SwiGLU epilogue only): the per-item tile counter (threadfence + atomic) and the
+//   * ASYNC_EPI (fused SwiGLU epilogue only): the per-item tile counter (an acq_rel atomic) and the
 //     last CTA's row quantization run on the producer warpgroup's three spare warps, handed each
 //     item's h through an mbarrier, so the consumers go straight on to the next item (same stores,
 //     same quantize_rows_nvfp4 arithmetic: outputs unchanged).
@@ -36,6 +36,7 @@
 #include "trace_kernels/bulk_copy.cuh"
 #include "trace_kernels/moe_gemm.cuh"
 #include "trace_kernels/pdl.cuh"
+#include "trace_kernels/tile_arrival.cuh"
 
 namespace trace_kernels::moe {
 
@@ -197,8 +198,8 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       if (tid >= kConsumers + 32) {
         // ---- epilogue warps (1..3 of this warpgroup): per item, once the consumers' h stores are
         // published on h_done (mbarrier release/acquire, CTA scope), count the token tile at GPU scope
-        // (fence + atomic, cumulative over what this thread observed: the __syncthreads + one
-        // thread's release pattern); the last CTA quantizes the tile's complete rows, 3 warps x rows.
+        // (tile_arrival.cuh: one thread's acq_rel atomic, cumulative over what that thread observed); the
+        // last CTA quantizes the tile's complete rows, 3 warps x rows.
         const int etid = tid - (kConsumers + 32);  // 0..95
         const int num_items = items();
         int local = 0;
@@ -207,14 +208,9 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
           ws::mbar_wait(&h_done[slot], (local >> 1) & 1);
           int expert, row0, rows_valid, wt, y_tile;
           decode(item, expert, row0, rows_valid, wt, y_tile);
-          if (etid == 0) {
-            __threadfence();
-            const int done = atomicAdd(&p.tile_counters[y_tile], 1);
-            flag[1] = (done == kXTiles - 1);
-          }
+          if (etid == 0) flag[1] = (arrive_acq_rel_gpu(&p.tile_counters[y_tile]) == kXTiles - 1);
           ws::epilogue_sync();
           if (flag[1]) {
-            __threadfence();
             if (etid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
             quantize_rows_nvfp4<N / 2, false, 3>(p.out, row0, rows_valid, etid / 32, lane, p.q_codes,
                                                  p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits,
@@ -402,19 +398,18 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       ws::mbar_arrive(&h_done[local & 1]);  // release: this thread's h stores
     } else if constexpr (EPI == Epilogue::SwigluQuant) {
       // the last CTA to finish token tile y_tile quantizes its complete rows of h (order-independent)
-      __threadfence();
-      ws::consumer_sync<kConsumers>();
-      if (tid == 0) {
-        const int done = atomicAdd(&p.tile_counters[y_tile], 1);
-        flag[0] = (done == kXTiles - 1);
-      }
+      ws::consumer_sync<kConsumers>();  // orders the consumers' h stores before thread 0's acq_rel arrival
+      if (tid == 0) flag[0] = (arrive_acq_rel_gpu(&p.tile_counters[y_tile]) == kXTiles - 1);
       ws::consumer_sync<kConsumers>();
       if (flag[0]) {
-        __threadfence();
         if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-        quantize_rows_nvfp4<N / 2, (TN >= 64), kConsumers / 32>(p.out, row0, rows_valid, tid / 32, lane,
-                                                                p.q_codes, p.q_block_scales, p.q_scale,
-                                                                p.q_dequant, p.q_mantissa_bits, p.status);
+        // rows held in registers (WIDE) also at one consumer warpgroup's decode TN (auto's tile at T <= 2): one L2
+        // round trip per row instead of two on the last CTA's critical path. Two warpgroups' TN=32 (an extra tile)
+        // would spill with it.
+        constexpr bool kHoldRows = TN >= 64 || NWG == 1;
+        quantize_rows_nvfp4<N / 2, kHoldRows, kConsumers / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
+                                                               p.q_block_scales, p.q_scale, p.q_dequant,
+                                                               p.q_mantissa_bits, p.status);
       }
       ws::consumer_sync<kConsumers>();  // flag[0] is rewritten by the next item
     }
