@@ -214,6 +214,18 @@ print(c.EXTRA_TILES.index(tile), c.gemm_spec(shapes.preset('qwen3-30b-a3b'), 'do
     python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens "$tokens" --repeat 1 --extra="$index"
 }
 
+# moe_and_rl_checks DIR MOE_RESERVE RL_RESERVE: the MoE GPU tests (at most 120 s, leaving MOE_RESERVE s of BUDGET), the
+# RL layer's GPU tests (at most 90 s, leaving RL_RESERVE s), then memcheck and racecheck on the tiny layer over every
+# tiling (moe_sanitizers_left, at most 50 s each); each step only if it still gets more than 30 s.
+moe_and_rl_checks() {
+  local dir=$1 limit
+  limit=$(( $(left) - $2 )); [ "$limit" -gt 120 ] && limit=120
+  [ "$limit" -gt 30 ] && gpu_tests "$limit" "$dir/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
+  limit=$(( $(left) - $3 )); [ "$limit" -gt 90 ] && limit=90
+  [ "$limit" -gt 30 ] && gpu_tests "$limit" "$dir/rl_gpu_tests.log" -m gpu tests/rl
+  moe_sanitizers_left "$dir" 50
+}
+
 # moe_sanitizers_left DIR MAX: moe_sanitizers with half the time left each (at most MAX s), if that is over 15 s.
 moe_sanitizers_left() {
   local limit=$(( ($(left) - 5) / 2 ))

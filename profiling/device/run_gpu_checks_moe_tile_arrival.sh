@@ -42,9 +42,5 @@ for r in json.load(open(sys.argv[1]))["results"]:
     fi
   done
 done
-limit=$(( $(left) - 160 )); [ "$limit" -gt 120 ] && limit=120
-[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-limit=$(( $(left) - 100 )); [ "$limit" -gt 90 ] && limit=90
-[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
-moe_sanitizers_left "$DIR" 50
+moe_and_rl_checks "$DIR" 160 100
 echo "== done ($(left)s left)"

@@ -27,9 +27,5 @@ if [ "${AB_ONLY:-0}" = 1 ]; then
   echo "== done ($(left)s left)"; exit 0
 fi
 moe_tree_ab "$DIR" moe_ws_early_weights 1,2,4,8 60 "$BASE" 250
-limit=$(( $(left) - 200 )); [ "$limit" -gt 120 ] && limit=120
-[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
-limit=$(( $(left) - 110 )); [ "$limit" -gt 90 ] && limit=90
-[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
-moe_sanitizers_left "$DIR" 50
+moe_and_rl_checks "$DIR" 200 110
 echo "== done ($(left)s left)"
