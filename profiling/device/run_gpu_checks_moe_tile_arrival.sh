@@ -11,13 +11,15 @@
 #      script, auto), two rounds, the trees in turn (base first in the second), T = 1, 2, 8, 32, 64, 256 (ws tiles at
 #      T <= 2; from T = 8 auto's v1 gate_up quantizes in the quantize kernel: the control for the tree A/B)
 #   3. the MoE GPU tests, the RL layer's GPU tests, memcheck and racecheck on the tiny layer over every tiling
+#      (AB_ONLY=1: steps 1-2 alone; ROUNDS=N rounds instead of 2, the base tree first in the even ones; TOKENS=T1,T2,..)
 # Usage (repo root; carry .whl, .tkcache_moe_new, .ab_base): TRACE_KERNELS_BENCH_COMMIT=<commit> OUT=$OUT \
 #     [BUDGET=560] bash profiling/device/run_gpu_checks_moe_tile_arrival.sh
 #   .ab_base: rm -rf .ab_base && mkdir .ab_base && git archive BASE_COMMIT python cuda codegen \
 #     profiling/bench_moe_gemm.py profiling/sweep_moe_gemm_tiles.py profiling/device/gpu_env.sh | tar -x -C .ab_base
 #   .tkcache_moe_new: python profiling/prebuild_device_caches.py --cache .tkcache_moe_new moe_tests engine; then, into
 #     the same folder, this tree's and the base tree's moe_prebuild.py --no-extras qwen3-30b-a3b qwen3-235b-a22b with
-#     --tables auto_qk and --tables auto
+#     --tables auto_qk and --tables auto (the fortieth session's later calls carried it renamed .tkcache_moe, with
+#     TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_moe)
 #   -> $OUT/moe_tile_arrival.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_tile_arrival 560 .tkcache_moe_new
@@ -25,10 +27,10 @@ BASE=${BASE:-.ab_base}
 
 moe_build_ab "$DIR" auto
 prebuild_engine_test_models 60 "$DIR/build_engine.log"; echo "build_engine exit $? (${SECONDS}s)"
-TOKENS=1,2,8,32,64,256
-for round in 1 2; do
-  for tree in $([ "$round" = 1 ] && echo "new base" || echo "base new"); do
-    [ "$(left)" -lt 300 ] && break
+TOKENS=${TOKENS:-1,2,8,32,64,256}
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for tree in $([ $((round % 2)) = 1 ] && echo "new base" || echo "base new"); do
+    [ "$(left)" -lt "$([ "${AB_ONLY:-0}" = 1 ] && echo 60 || echo 300)" ] && break
     if [ "$tree" = new ]; then
       timeout 100 python3 profiling/bench_moe_gemm.py --variants auto,auto_qk --tokens "$TOKENS" --reps 10 \
         --out "$DIR/moe_tile_arrival_new$round.json" > "$DIR/bench_new$round.log" 2>&1
@@ -42,5 +44,5 @@ for r in json.load(open(sys.argv[1]))["results"]:
     fi
   done
 done
-moe_and_rl_checks "$DIR" 160 100
+[ "${AB_ONLY:-0}" = 1 ] || moe_and_rl_checks "$DIR" 160 100
 echo "== done ($(left)s left)"
