@@ -403,10 +403,12 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       ws::consumer_sync<kConsumers>();
       if (flag[0]) {
         if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-        // rows held in registers (WIDE) also at one consumer warpgroup's decode TN (auto's tile at T <= 2): one L2
-        // round trip per row instead of two on the last CTA's critical path. Two warpgroups' TN=32 (an extra tile)
-        // would spill with it.
-        constexpr bool kHoldRows = TN >= 64 || NWG == 1;
+        // Rows held in registers (WIDE, one L2 read per row instead of two) also at one consumer warpgroup's decode TN
+        // (auto's tile at T <= 2) where a row has more than 64 blocks (a warp per row): Qwen3-235B-A22B's fused gate_up
+        // 1-2% faster at T = 1-2 (fortieth session, H100). Not at 64 blocks or fewer (a half warp per row, e.g. 30B's
+        // 48), where the held path's 2.3x epilogue code was 0-1% slower and 2.6 us slower in a cold-cache launch; nor
+        // at two warpgroups' TN=32 (an extra tile), which would spill.
+        constexpr bool kHoldRows = TN >= 64 || (NWG == 1 && N / 2 / 16 > 64);
         quantize_rows_nvfp4<N / 2, kHoldRows, kConsumers / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
                                                                p.q_block_scales, p.q_scale, p.q_dequant,
                                                                p.q_mantissa_bits, p.status);
