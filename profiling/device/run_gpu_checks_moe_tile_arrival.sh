@@ -2,7 +2,8 @@
 # The fused SwiGLU epilogue's last-CTA handshake (fortieth session): one thread's acq_rel atomic after the barrier
 # (tile_arrival.cuh, MEMBAR.ALL.GPU) instead of every thread's __threadfence() (MEMBAR.SC.GPU) before it and again in
 # the last CTA; and the one-warpgroup ws tiles' last-CTA quantization holding each row's blocks in registers (one L2
-# round trip per row instead of two), as the wide tiles did. auto runs that epilogue in the ws gate_up tile at T <= 2 (top-8 of 128 experts),
+# round trip per row instead of two), as the wide tiles did (since 1d58d52 only above 64 blocks per row:
+# run_gpu_checks_moe_held_rows.sh). auto runs that epilogue in the ws gate_up tile at T <= 2 (top-8 of 128 experts),
 # where it cost 3.0 us of the 30B kernel's 14.9 (Nsight Compute, thirty-ninth session). One call (BUDGET s):
 #   1. the kernels: the MoE GPU tests' and 235B auto's, the engine tests' models (carried in .tkcache_moe_new with the
 #      base tree's auto kernels of both presets)
