@@ -408,7 +408,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
         // 1-2% faster at T = 1-2 (fortieth session, H100). Not at 64 blocks or fewer (a half warp per row, e.g. 30B's
         // 48), where the held path's 2.3x epilogue code was 0-1% slower and 2.6 us slower in a cold-cache launch; nor
         // at two warpgroups' TN=32 (an extra tile), which would spill.
-        constexpr bool kHoldRows = TN >= 64 || (NWG == 1 && N / 2 / 16 > 64);
+        constexpr bool kHoldRows = TN >= 64 || (NWG == 1 && held_row_takes_a_warp<N / 2>());
         quantize_rows_nvfp4<N / 2, kHoldRows, kConsumers / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
                                                                p.q_block_scales, p.q_scale, p.q_dequant,
                                                                p.q_mantissa_bits, p.status);

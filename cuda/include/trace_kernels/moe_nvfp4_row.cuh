@@ -112,6 +112,11 @@ __device__ __forceinline__ void quantize_row_nvfp4(const __nv_bfloat16* h, int64
   }
 }
 
+// Rows whose blocks are held in registers take a whole warp beyond 64 blocks (D > 1024), else a half warp: at most
+// 4 held blocks (32 registers) per lane.
+template <int D>
+constexpr bool held_row_takes_a_warp() { return D / 16 > 64; }
+
 // The complete rows row0 .. row0 + rows of h [M, D] by WARPS warps (this one: `warp`), a row per
 // warp (decode tiles) or, with its blocks held in registers, per half warp up to D = 1024 and per warp
 // beyond (WIDE: tiles of >= 64 rows).
@@ -120,7 +125,7 @@ __device__ __forceinline__ void quantize_rows_nvfp4(const __nv_bfloat16* h, int 
                                                     uint8_t* codes, uint8_t* block_scales, float* row_scale,
                                                     __nv_bfloat16* dequant, uint8_t* mantissa_bits,
                                                     uint32_t* status) {
-  constexpr int kLanes = WIDE && D / 16 <= 64 ? 16 : 32;  // at most 4 held blocks (32 registers) per lane
+  constexpr int kLanes = WIDE && !held_row_takes_a_warp<D>() ? 16 : 32;
   if constexpr (kLanes == 32) {
     for (int n = warp; n < rows; n += WARPS)
       quantize_row_nvfp4<D, 32, WIDE>(h + static_cast<size_t>(row0 + n) * D, row0 + n, true, lane, codes,
