@@ -19,7 +19,7 @@ Sets:
                 (run_gpu_checks_moe_tuned_tables.sh)
   moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp0 tables (run_gpu_checks_step_pipeline_ab.sh and,
                 with engine, run_gpu_checks_step_pipeline_default.sh; carried alone as .tkcache_moe: with the tree and
-                the wheels it fills most of the 64 MiB; moe_tests and engine: 434 kernels, 24.5 MiB, thirty-ninth
+                the wheels it fills most of the 64 MiB; moe_tests and engine: 438 kernels, 25.2 MiB, fortieth
                 session)
 Afterwards only the newest entry of each kernel name stays (an edited header leaves the old key's entry behind) and the
 cache's size is printed: the device tool carries at most 64 MiB, the tree included. On this 2-core machine (nvcc
