@@ -55,7 +55,7 @@ def test_ctypes_structs_match_the_kernels_structs(tmp_path):
     lines += [f'#include "{h}"' for h in headers]
     for cls, cpp, _ in NAMED_FIELDS:
         lines += _checks(cls, cpp)
-    # MoEGemmParams: the host packs it as 22 uint64 (moe_gemm._Params), so member i must sit at 8 i
+    # MoEGemmParams: the host packs it as 23 uint64 (moe_gemm._Params), so member i must sit at 8 i
     members = _member_names(MOE_GEMM_HEADER, "MoEGemmParams")
     cpp = "trace_kernels::moe::MoEGemmParams"
     lines.append(f"static_assert(sizeof({cpp}) == {ctypes.sizeof(moe_gemm._Params)}, \"sizeof {cpp}\");")

@@ -60,6 +60,15 @@ def shape(request):
     return request.param, SHAPES[request.param]
 
 
+def _pool_names():
+    return {pool for device, pool in _common._counters if device == torch.cuda.current_device()}
+
+
+def _row_amax_pool():
+    """The fused epilogue's per-row amax buffer (moe_gemm._launch_gemm), which every launch leaves zero."""
+    return _common._counters[(torch.cuda.current_device(), "gate_up_row_amax")]
+
+
 def problem(name, tokens, seed, skew=0.0):
     e, h, i, k = SHAPES[name]
     return make_problem(e, h, i, k, tokens, seed=seed, device="cuda", skew=skew, weights=weights_for(name))
@@ -101,6 +110,8 @@ def test_gate_up_fused_quantization_is_exact(shape, tokens, skew):
         assert torch.equal(out.mantissa_bits.cpu(), own.mantissa_bits), tile
         agree = nvfp4.agreement(want.q.codes.cpu(), out.q.codes.cpu())["equal_fraction"]
         assert agree >= 0.999, (name, tile, agree)
+        if not tile.quantize_after:  # the in-kernel quantization left its row amaxes zero for the next launch
+            assert not _row_amax_pool().any(), tile
 
 
 def test_gate_up_fused_quantization_of_extreme_rows():
@@ -438,6 +449,8 @@ def test_nonfinite_swiglu_sets_the_status_word(variant):
                     tile=tile_for_rows(r.num_rows, p.gate_up.num_experts, variant))
     with pytest.raises(ValueError, match="non-finite"):
         raise_on_nonfinite(x.device)
+    if "gate_up_row_amax" in _pool_names():  # (a quantize_after tile allocates none)
+        assert not _row_amax_pool().any()  # non-finite amaxes cleared too
     with pytest.raises(ValueError, match="non-finite"):
         ref.moe_gate_up_ref(x.cpu(), p.gate_up.to("cpu"), r.offsets.cpu(), row_index=r.row_index.cpu())
 

@@ -67,6 +67,7 @@ struct MoEGemmParams {
   __nv_bfloat16* q_dequant;    // SwigluQuant: [M, N/2] value(code) * block scale
   uint8_t* q_mantissa_bits;    // SwigluQuant: [M, N/16] guidance bits
   int32_t* tile_counters;      // SwigluQuant: [gridDim.y] zero on entry, left zero on exit
+  uint32_t* row_amax;          // SwigluQuant: [M] each row's amax of h (fold_row_amax); zero on entry, left zero
   uint32_t* status;            // SwigluQuant: status word (status.cuh) for a non-finite SwiGLU row
   // RouterWeight with the combine in the epilogue (v1, COMBINE_TOPK > 0; else unused)
   const int32_t* row_token;    // [M] token of each sorted row
@@ -688,10 +689,32 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
         const float rw = token_weight[n];
         p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
         p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
-      } else {
+      } else if constexpr (EPI == Epilogue::Swiglu) {
         // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
         const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
         p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
+      }
+    }
+  }
+  if constexpr (EPI == Epilogue::SwigluQuant) {
+    // as Swiglu, and each token row's amax over this CTA's intermediates folded into row_amax (warp-uniform loop:
+    // the fold shuffles across the warp's columns)
+    const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
+#pragma unroll
+    for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+      for (int v0 = 0; v0 < 2; ++v0) {
+        const int n = 2 * q + v0 + 8 * v2;
+        const bool valid = n < rows_valid;
+        uint32_t bits = 0;
+        if (valid) {
+          const float scale = token_scale[n];
+          const __nv_bfloat16 h =
+              __float2bfloat16_rn(detail::silu(accum(v0 + 4 * v2) * scale) * (accum(v0 + 2 + 4 * v2) * scale));
+          p.out[static_cast<size_t>(row0 + n) * (N / 2) + inter] = h;
+          bits = abs_bits(h);
+        }
+        fold_row_amax(p.row_amax, row0 + n, bits, valid, lane);
       }
     }
   }
@@ -710,9 +733,10 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     __syncthreads();
     if (!item[1]) return;
     if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-    quantize_rows_nvfp4<N / 2, (TN >= 64), kThreads / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
-                                                          p.q_block_scales, p.q_scale, p.q_dequant,
-                                                          p.q_mantissa_bits, p.status);
+    quantize_rows_nvfp4<N / 2, kThreads>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes, p.q_block_scales,
+                                         p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+    __syncthreads();
+    clear_row_amax<kThreads>(p.row_amax, row0, rows_valid, tid);
   }
 }
 

@@ -210,13 +210,14 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
           decode(item, expert, row0, rows_valid, wt, y_tile);
           if (etid == 0) flag[1] = (arrive_acq_rel_gpu(&p.tile_counters[y_tile]) == kXTiles - 1);
           ws::epilogue_sync();
-          if (flag[1]) {
+          const bool last = flag[1];
+          if (last) {
             if (etid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-            quantize_rows_nvfp4<N / 2, false, 3>(p.out, row0, rows_valid, etid / 32, lane, p.q_codes,
-                                                 p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits,
-                                                 p.status);
+            quantize_rows_nvfp4<N / 2, 96>(p.out, row0, rows_valid, etid, p.row_amax, p.q_codes, p.q_block_scales,
+                                           p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
           }
-          ws::epilogue_sync();  // flag[1] is rewritten by the next item
+          ws::epilogue_sync();  // flag[1] is rewritten by the next item; every row_amax read
+          if (last) clear_row_amax<96>(p.row_amax, row0, rows_valid, etid);
           ws::mbar_arrive(&epi_free[slot]);
         }
         return;
@@ -384,9 +385,31 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
             const float rw = tok_weight[n];
             p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
             p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
-          } else {
+          } else if constexpr (EPI == Epilogue::Swiglu) {
             const int inter = tile_row / 2 + g;
             p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
+          }
+        }
+      }
+      if constexpr (EPI == Epilogue::SwigluQuant) {
+        // as Swiglu, and each token row's amax over this m tile's intermediates folded into row_amax (warp-uniform
+        // loop: the fold shuffles across the warp's columns)
+        const int inter = tile_row / 2 + g;
+#pragma unroll
+        for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+          for (int v0 = 0; v0 < 2; ++v0) {
+            const int n = 2 * q + v0 + 8 * v2;
+            const bool valid = n < rows_valid;
+            uint32_t bits = 0;
+            if (valid) {
+              const float scale = tok_scale[n];
+              const __nv_bfloat16 h = __float2bfloat16_rn(detail::silu(accum(v0 + 4 * v2, mt, 0) * scale) *
+                                                          (accum(v0 + 2 + 4 * v2, mt, 0) * scale));
+              p.out[static_cast<size_t>(row0 + n) * (N / 2) + inter] = h;
+              bits = abs_bits(h);
+            }
+            fold_row_amax(p.row_amax, row0 + n, bits, valid, lane);
           }
         }
       }
@@ -401,19 +424,14 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       ws::consumer_sync<kConsumers>();  // orders the consumers' h stores before thread 0's acq_rel arrival
       if (tid == 0) flag[0] = (arrive_acq_rel_gpu(&p.tile_counters[y_tile]) == kXTiles - 1);
       ws::consumer_sync<kConsumers>();
-      if (flag[0]) {
+      const bool last = flag[0];
+      if (last) {
         if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-        // Rows held in registers (WIDE, one L2 read per row instead of two) also at one consumer warpgroup's decode TN
-        // (auto's tile at T <= 2) where a row has more than 64 blocks (a warp per row): Qwen3-235B-A22B's fused gate_up
-        // 1-2% faster at T = 1-2 (fortieth session, H100). Not at 64 blocks or fewer (a half warp per row, e.g. 30B's
-        // 48), where the held path's 2.3x epilogue code was 0-1% slower and 2.6 us slower in a cold-cache launch; nor
-        // at two warpgroups' TN=32 (an extra tile), which would spill.
-        constexpr bool kHoldRows = TN >= 64 || (NWG == 1 && held_row_takes_a_warp<N / 2>());
-        quantize_rows_nvfp4<N / 2, kHoldRows, kConsumers / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
-                                                               p.q_block_scales, p.q_scale, p.q_dequant,
-                                                               p.q_mantissa_bits, p.status);
+        quantize_rows_nvfp4<N / 2, kConsumers>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes, p.q_block_scales,
+                                               p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
       }
-      ws::consumer_sync<kConsumers>();  // flag[0] is rewritten by the next item
+      ws::consumer_sync<kConsumers>();  // flag[0] is rewritten by the next item; every row_amax read
+      if (last) clear_row_amax<kConsumers>(p.row_amax, row0, rows_valid, tid);
     }
   }
 }
