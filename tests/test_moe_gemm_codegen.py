@@ -211,6 +211,7 @@ def test_pack_template_compiles_for_sm90a(tmp_path):
     ("tiny", "gate_up_swiglu", 8, "v1"),
     ("qwen3-30b-a3b", "down_routed", 128, "v1"),
     ("tiny", "gate_up_swiglu", 8, "ws"),
+    ("tiny", "gate_up_swiglu", 8, "ws_row_amax"),  # every CTA folding its part of each row's amax
     ("tiny", "gate_up_swiglu_h", 8, "v1"),  # the SwiGLU-only epilogue of quantize_after tiles
     ("qwen3-30b-a3b", "gate_up_swiglu_h", 32, "v1_overlap"),  # two A buffers, wgmma in flight across chunks
     ("tiny", "down_routed", 16, "v1_direct"),  # weights straight into registers, 3 chunks ahead of 2
@@ -230,10 +231,12 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
                  else [t for t in codegen.EXTRA_TILES if t.weights_direct] if variant == "v1_direct"
                  else [t for t in codegen.EXTRA_TILES if t.fused_combine] if variant == "v1_combine"
                  else [t for t in codegen.EXTRA_TILES if t.n_step and not t.weights_direct] if variant == "v1_columns"
+                 else [t for t in codegen.EXTRA_TILES if t.row_amax and t.variant == "ws" and not t.async_epilogue]
+                 if variant == "ws_row_amax"
                  else [t for _, t in codegen.TILE_TABLES[variant]])
         spec = codegen.gemm_spec(shape, kind, next(t for t in tiles if t.tile_tokens == tile_tokens))
     report = _compile(spec, tmp_path)
-    if variant == "ws":  # the setmaxnreg split fits the register pool the cubin launches with
+    if variant.startswith("ws"):  # the setmaxnreg split fits the register pool the cubin launches with
         assert codegen.ws_registers_fit(report.registers, spec.launch["warpgroups"], spec.launch["min_blocks"]), report
     if kind != "combine":
         ptx = tmp_path / "k.ptx"
@@ -243,7 +246,9 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
         text = ptx.read_text()
         assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{tile_tokens}k16\.f32\.bf16\.bf16", text)
         assert "ld.local" not in text and "st.local" not in text
-        assert ("setmaxnreg" in text) == (variant == "ws")
+        assert ("setmaxnreg" in text) == variant.startswith("ws")
+        if variant == "ws_row_amax":  # the fold's unsigned max into each row's amax
+            assert re.search(r"(atom|red)\.global\.max\.u32", text)  # (ptxas makes the unused-result atom a RED)
         if variant == "v1_overlap":
             assert "wgmma.wait_group.sync.aligned 1;" in text
         if variant == "v1_combine":  # the arrival counters
@@ -525,3 +530,37 @@ def test_step_pipeline_knob():
                        for _, t in codegen.tile_table(variant, kind, 2048))
     # the production kernels: auto's and auto_sp0's differ in the prefill ring kernels alone, named _sp1 in auto
     _assert_prefill_kernels_alone_differ("auto", "auto_sp0", "_sp1")
+
+
+def test_row_amax_knob():
+    """row_amax: the fused gate_up kernel of an in-kernel quantizing tile renders ROW_AMAX and is named _ra1; the other
+    kinds build the base tile's kernels; with quantize_after it is refused; auto_ra is auto with it on the fused
+    gate_up tiles that quantize in-kernel (the ws tile at T <= 2), so their production kernels differ there alone."""
+    shape = shapes.preset("qwen3-30b-a3b")
+    for base in (codegen.WS_ONE_WARPGROUP_TILE, codegen.TILE_TABLE[0][1],
+                 codegen.TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True)):
+        tile = dataclasses.replace(base, row_amax=True)
+        assert tile in codegen.EXTRA_TILES
+        fused = codegen.gemm_spec(shape, "gate_up_swiglu", tile)
+        assert fused.name.endswith("_ra1_sm90a") and "/*ROW_AMAX=*/true>" in render_spec(fused) and fused.launch["row_amax"]
+        assert "ROW_AMAX" not in render_spec(codegen.gemm_spec(shape, "gate_up_swiglu", base))
+        assert not codegen.gemm_spec(shape, "gate_up_swiglu", base).launch["row_amax"]
+        for kind in ("gate_up", "down_routed"):
+            assert codegen.gemm_spec(shape, kind, tile).render() == codegen.gemm_spec(shape, kind, base).render()
+    v1 = codegen.gemm_spec(shape, "gate_up_swiglu", dataclasses.replace(codegen.TILE_TABLE[0][1], row_amax=True))
+    assert "/*NSTEP=*/0, /*GATHER_PIECES=*/false, /*STEP_PIPE=*/false, /*ROW_AMAX=*/true>" in render_spec(v1)
+    with pytest.raises(ValueError, match="row_amax"):
+        codegen.gemm_spec(shape, "gate_up", dataclasses.replace(codegen.TILE_TABLE[0][1], row_amax=True,
+                                                                quantize_after=True))
+    for rows in (8, 16, 64, 512, 131072):
+        for kind, k, n in (("gate_up_swiglu", 2048, 1536), ("gate_up", 2048, 1536), ("down_routed", 768, 2048)):
+            auto = codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
+            ra = codegen.tile_for_rows(rows, 128, "auto_ra", k=k, kind=kind, n=n)
+            in_kernel = kind == "gate_up_swiglu" and not auto.quantize_after
+            assert ra == dataclasses.replace(auto, row_amax=in_kernel)
+            assert in_kernel == (kind == "gate_up_swiglu" and rows <= 16)  # <= 1/8 routed row per expert: ws
+    for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
+        auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
+        ra = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_ra",))}
+        assert [n.replace("_ra1", "") for n in ra - auto] == list(auto - ra)
+        assert len(ra - auto) == 1 and "moe_gemm_gate_up_swiglu_nvfp4" in next(iter(ra - auto))

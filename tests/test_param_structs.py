@@ -44,7 +44,7 @@ def _checks(cls: type[ctypes.Structure], cpp: str) -> list[str]:
 
 def test_moe_gemm_members_are_read_from_the_header():
     names = _member_names(MOE_GEMM_HEADER, "MoEGemmParams")
-    assert names[:3] == ["a", "row_index", "row_scale"] and names[-1] == "combine_counters"
+    assert names[:3] == ["a", "row_index", "row_scale"] and names[-1] == "row_amax"
     assert len(names) == len(moe_gemm._Params._fields_)
 
 

@@ -183,7 +183,8 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
         grid = (x_tiles, token_tiles, 1)
     fused = kind == "gate_up_swiglu"
     counters = _counters(a.device, token_tiles, "gate_up", spec.name) if fused else None
-    row_amax = _counters(a.device, m, "gate_up_row_amax", spec.name) if fused else None  # (int32 as the uint32 bits)
+    # ROW_AMAX kernels: each row's amax as uint32 float bits, folded by every CTA (left zero like the counters)
+    row_amax = _counters(a.device, m, "gate_up_row_amax", spec.name) if launch["row_amax"] else None
     status = _status_word(device_index) if fused else None
     q_codes, q_bscales, q_scale, q_dequant, q_bits = quant or (None,) * 5
     row_token, slot_rows, combine_out = combine or (None,) * 3
@@ -196,7 +197,8 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     values = (_addr(a), _addr(row_index), _addr(row_scale), _addr(weights.codes), _addr(weights.block_scales),
               _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(out_f32), _addr(row_weight),
               _addr(q_codes), _addr(q_bscales), _addr(q_scale), _addr(q_dequant), _addr(q_bits), _addr(counters),
-              _addr(row_amax), _addr(status), _addr(row_token), _addr(slot_rows), _addr(combine_out), _addr(combine_counters))
+              _addr(status), _addr(row_token), _addr(slot_rows), _addr(combine_out), _addr(combine_counters),
+              _addr(row_amax))
     with nvtx.annotate(f"moe_gemm_{kind}"):
         kernel.launch(device_index, grid, (launch["threads"], 1, 1), [(_params, values)], smem=launch["smem_bytes"],
                       pdl=pdl)

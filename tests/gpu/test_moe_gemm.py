@@ -316,6 +316,44 @@ def test_cuda_graph_replay_matches_eager(variant):
         assert torch.equal(replayed, eager)
 
 
+def test_row_amax_layer_replays_auto_bits():
+    """auto_ra (auto's ws gate_up tile at T <= 2 folding each row's amax in every CTA, TileConfig.row_amax) captured in
+    a CUDA graph and replayed on new inputs: the layer's h, codes and output equal auto's eager bits each time, and the
+    amax buffer is left zero between launches."""
+    _, h, i, _ = SHAPES["qwen3-30b-a3b"]
+    p = problem("qwen3-30b-a3b", 2, 41)
+    r = p.routing
+    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, "auto_ra", k=h, kind="gate_up_swiglu", n=2 * i)
+    assert tile.row_amax and tile.variant == "ws"
+    x, s_a = p.a.clone(), p.s_a.clone()
+    up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
+    y = torch.empty(2, h, dtype=torch.bfloat16, device="cuda")
+
+    def layer():
+        up = ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, row_scale=s_a, validate=False,
+                             out=up_out, tile=tile)
+        ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y)
+
+    layer()  # warm up: builds, loads, allocates the tile counters and the amax buffer
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with capture_graph(graph):
+        layer()
+    for seed in (1, 2, 3):
+        fresh = problem("qwen3-30b-a3b", 2, 41 + seed)
+        x.copy_(fresh.a)
+        s_a.copy_(fresh.s_a)
+        y.fill_(float("nan"))
+        up_out.q.codes.fill_(0xFF)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not _row_amax_pool().any()
+        want = ops.moe_gate_up(fresh.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=fresh.s_a)  # auto
+        want_y = ops.moe_down(want.a_next, p.down, r, row_scale=want.q.scale)
+        assert torch.equal(up_out.h, want.h) and torch.equal(up_out.q.codes, want.q.codes)
+        assert torch.equal(up_out.mantissa_bits, want.mantissa_bits) and torch.equal(y, want_y)
+
+
 def test_capture_without_counters_raises_before_launch(monkeypatch):
     """A fused gate_up inside a CUDA-graph capture while its tile counters do not exist yet: a clear error instead of
     counters whose zero fill only the graph's replay would run."""

@@ -67,13 +67,13 @@ struct MoEGemmParams {
   __nv_bfloat16* q_dequant;    // SwigluQuant: [M, N/2] value(code) * block scale
   uint8_t* q_mantissa_bits;    // SwigluQuant: [M, N/16] guidance bits
   int32_t* tile_counters;      // SwigluQuant: [gridDim.y] zero on entry, left zero on exit
-  uint32_t* row_amax;          // SwigluQuant: [M] each row's amax of h (fold_row_amax); zero on entry, left zero
   uint32_t* status;            // SwigluQuant: status word (status.cuh) for a non-finite SwiGLU row
   // RouterWeight with the combine in the epilogue (v1, COMBINE_TOPK > 0; else unused)
   const int32_t* row_token;    // [M] token of each sorted row
   const int32_t* slot_rows;    // [T, TOPK] sorted row of each token's slot
   __nv_bfloat16* combine_out;  // [T, N] bf16: the ordered top-k sum
   int32_t* combine_counters;   // [T, N / (64 NWG)] zero on entry, left zero on exit
+  uint32_t* row_amax;          // SwigluQuant with ROW_AMAX: [M] row amax of h (fold_row_amax); zero on entry and exit
 };
 
 namespace detail {
@@ -303,9 +303,11 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 // dequantizes while its own wgmmas run; the wgmmas drain at each stage's end, before the barrier that lets the ring
 // refill the stage. (Without it a warpgroup waits for its chunk's four wgmmas before dequantizing the next chunk: 24-30%
 // of the prefill GEMMs' warp samples, thirty-seventh session.) No extra registers: the same 16 A registers.
+// ROW_AMAX (SwigluQuant only): every CTA folds its part of each row's amax into p.row_amax (fold_row_amax), and the
+// last CTA quantizes each (row, block of 16) on its own thread without a row reduction (quantize_rows_nvfp4_from_amax).
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
           bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0,
-          bool GATHER_PIECES = false, bool STEP_PIPE = false>
+          bool GATHER_PIECES = false, bool STEP_PIPE = false, bool ROW_AMAX = false>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr bool kDirect = WDIRECT > 0;
@@ -689,14 +691,14 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
         const float rw = token_weight[n];
         p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
         p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
-      } else if constexpr (EPI == Epilogue::Swiglu) {
+      } else if constexpr (!(EPI == Epilogue::SwigluQuant && ROW_AMAX)) {  // Swiglu, SwigluQuant
         // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
         const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
         p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
       }
     }
   }
-  if constexpr (EPI == Epilogue::SwigluQuant) {
+  if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {
     // as Swiglu, and each token row's amax over this CTA's intermediates folded into row_amax (warp-uniform loop:
     // the fold shuffles across the warp's columns)
     const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
@@ -733,10 +735,17 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     __syncthreads();
     if (!item[1]) return;
     if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-    quantize_rows_nvfp4<N / 2, kThreads>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes, p.q_block_scales,
-                                         p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
-    __syncthreads();
-    clear_row_amax<kThreads>(p.row_amax, row0, rows_valid, tid);
+    if constexpr (ROW_AMAX) {
+      quantize_rows_nvfp4_from_amax<N / 2, kThreads>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes,
+                                                     p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits,
+                                                     p.status);
+      __syncthreads();
+      clear_row_amax<kThreads>(p.row_amax, row0, rows_valid, tid);
+    } else {
+      quantize_rows_nvfp4<N / 2, (TN >= 64), kThreads / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
+                                                            p.q_block_scales, p.q_scale, p.q_dequant,
+                                                            p.q_mantissa_bits, p.status);
+    }
   }
 }
 

@@ -21,7 +21,9 @@
 //   * ASYNC_EPI (fused SwiGLU epilogue only): the per-item tile counter (an acq_rel atomic) and the
 //     last CTA's row quantization run on the producer warpgroup's three spare warps, handed each
 //     item's h through an mbarrier, so the consumers go straight on to the next item (same stores,
-//     same quantize_rows_nvfp4 arithmetic: outputs unchanged).
+//     same quantize_rows_nvfp4 arithmetic: outputs unchanged);
+//   * ROW_AMAX (fused SwiGLU epilogue only): every CTA folds its part of each row's amax into row_amax, and the last
+//     CTA quantizes each (row, block of 16) on its own thread with one L2 round trip (moe_nvfp4_row.cuh).
 #pragma once
 
 #include <cstdint>
@@ -108,7 +110,7 @@ constexpr int consumer_regs() {
 // byte read from L2 feeds twice the MMAs; the second tile's dequantization overlaps the first's wgmmas).
 // ASYNC_EPI: the fused epilogue's counter and last-CTA quantization on the producer's spare warps.
 template <int E, int N, int K, int TN, int NWG, int STAGES, int CPS, Epilogue EPI, int SMEM_BYTES, bool OVERLAP,
-          int MIN_BLOCKS, int MT = 1, bool ASYNC_EPI = false>
+          int MIN_BLOCKS, int MT = 1, bool ASYNC_EPI = false, bool ROW_AMAX = false>
 __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   using namespace cute;
   using Smem = MoEWsSmem<TN, NWG, STAGES, CPS, MT, ASYNC_EPI>;
@@ -213,11 +215,20 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
           const bool last = flag[1];
           if (last) {
             if (etid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-            quantize_rows_nvfp4<N / 2, 96>(p.out, row0, rows_valid, etid, p.row_amax, p.q_codes, p.q_block_scales,
-                                           p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+            if constexpr (ROW_AMAX) {
+              quantize_rows_nvfp4_from_amax<N / 2, 96>(p.out, row0, rows_valid, etid, p.row_amax, p.q_codes,
+                                                       p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits,
+                                                       p.status);
+            } else {
+              quantize_rows_nvfp4<N / 2, false, 3>(p.out, row0, rows_valid, etid / 32, lane, p.q_codes,
+                                                   p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits,
+                                                   p.status);
+            }
           }
           ws::epilogue_sync();  // flag[1] is rewritten by the next item; every row_amax read
-          if (last) clear_row_amax<96>(p.row_amax, row0, rows_valid, etid);
+          if constexpr (ROW_AMAX) {
+            if (last) clear_row_amax<96>(p.row_amax, row0, rows_valid, etid);
+          }
           ws::mbar_arrive(&epi_free[slot]);
         }
         return;
@@ -385,13 +396,13 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
             const float rw = tok_weight[n];
             p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
             p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
-          } else if constexpr (EPI == Epilogue::Swiglu) {
+          } else if constexpr (!(EPI == Epilogue::SwigluQuant && ROW_AMAX)) {  // Swiglu, SwigluQuant
             const int inter = tile_row / 2 + g;
             p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
           }
         }
       }
-      if constexpr (EPI == Epilogue::SwigluQuant) {
+      if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {
         // as Swiglu, and each token row's amax over this m tile's intermediates folded into row_amax (warp-uniform
         // loop: the fold shuffles across the warp's columns)
         const int inter = tile_row / 2 + g;
@@ -427,11 +438,26 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       const bool last = flag[0];
       if (last) {
         if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
-        quantize_rows_nvfp4<N / 2, kConsumers>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes, p.q_block_scales,
-                                               p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+        if constexpr (ROW_AMAX) {
+          quantize_rows_nvfp4_from_amax<N / 2, kConsumers>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes,
+                                                           p.q_block_scales, p.q_scale, p.q_dequant,
+                                                           p.q_mantissa_bits, p.status);
+        } else {
+          // Rows held in registers (WIDE, one L2 read per row instead of two) also at one consumer warpgroup's decode
+          // TN (auto's tile at T <= 2) where a row has more than 64 blocks (a warp per row): Qwen3-235B-A22B's fused
+          // gate_up 1-2% faster at T = 1-2 (fortieth session, H100). Not at 64 blocks or fewer (a half warp per row,
+          // e.g. 30B's 48), where the held path's 2.3x epilogue code was 0-1% slower and 2.6 us slower in a cold-cache
+          // launch; nor at two warpgroups' TN=32 (an extra tile), which would spill.
+          constexpr bool kHoldRows = TN >= 64 || (NWG == 1 && held_row_takes_a_warp<N / 2>());
+          quantize_rows_nvfp4<N / 2, kHoldRows, kConsumers / 32>(p.out, row0, rows_valid, tid / 32, lane, p.q_codes,
+                                                                 p.q_block_scales, p.q_scale, p.q_dequant,
+                                                                 p.q_mantissa_bits, p.status);
+        }
       }
       ws::consumer_sync<kConsumers>();  // flag[0] is rewritten by the next item; every row_amax read
-      if (last) clear_row_amax<kConsumers>(p.row_amax, row0, rows_valid, tid);
+      if constexpr (ROW_AMAX) {
+        if (last) clear_row_amax<kConsumers>(p.row_amax, row0, rows_valid, tid);
+      }
     }
   }
 }

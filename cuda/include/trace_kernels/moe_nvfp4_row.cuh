@@ -1,6 +1,5 @@
-// NVFP4 row quantization of the fused SwiGLU epilogues (moe_gemm.cuh, moe_gemm_ws.cuh): every CTA of a
-// token tile folds the max |h| of its part of each row into the row's amax (fold_row_amax), and the last
-// CTA to finish quantizes the complete rows of h, bit-exact with trace_kernels.nvfp4.quantize
+// NVFP4 row quantization of the fused SwiGLU epilogues (moe_gemm.cuh, moe_gemm_ws.cuh): the last CTA
+// of a token tile quantizes its complete rows of h, bit-exact with trace_kernels.nvfp4.quantize
 // (scale="row"), and writes the MoE GEMM's extra outputs: the BF16 "value(code) * block scale"
 // operand and the compact TRACE guidance bits. Its SM's tensor cores wait meanwhile, so the blocks
 // take the quantize kernel's branch-free path (quantize_epilogue.cuh: packed BF16 thresholds, no
@@ -41,6 +40,108 @@ __device__ __forceinline__ void round_block_nvfp4(int blk, const Vec8<__nv_bfloa
       static_cast<uint16_t>(mantissa_bits_of(q.x) | (mantissa_bits_of(q.y) << 8));
 }
 
+// One row per LANES lanes (a warp or a half warp). HOLD: the lane keeps its blocks in registers
+// between the row amax and the rounding (one L2 round trip per row: wide tiles, whose CTA quantizes
+// up to 256 rows and has the registers); else it reads them again from L2 (the 64-register budget
+// of the decode tiles, where a CTA quantizes at most a few rows).
+template <int D, int LANES, bool HOLD>
+__device__ __forceinline__ void quantize_row_nvfp4(const __nv_bfloat16* h, int64_t row, bool valid, int lane,
+                                                   uint8_t* codes, uint8_t* block_scales, float* row_scale,
+                                                   __nv_bfloat16* dequant, uint8_t* mantissa_bits,
+                                                   uint32_t* status) {
+  static_assert(D % 16 == 0 && (LANES == 16 || LANES == 32), "D % 16 == 0, LANES in {16, 32}");
+  using V = Vec8<__nv_bfloat16>;
+  constexpr int kBlocks = D / 16;
+  constexpr int kPerLane = (kBlocks + LANES - 1) / LANES;
+  constexpr int kHeld = HOLD ? kPerLane : 1;
+  // h was written by other CTAs of this launch: L2 loads (ld.cg), never the non-coherent path
+  auto load_block = [&](int blk, V& lo, V& hi) {
+    const uint4* src = reinterpret_cast<const uint4*>(h + blk * 16);
+    lo.raw = __ldcg(src);
+    hi.raw = __ldcg(src + 1);
+  };
+  V v[kHeld][2];
+  float amax = 0.0f;  // pass 1: the row amax, all of the lane's loads in flight at once
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int blk = lane + LANES * i;
+    if (valid && blk < kBlocks) {
+      if constexpr (HOLD) {
+        load_block(blk, v[i][0], v[i][1]);
+        amax = nvfp4::fmax_nan(amax, block16_abs_max<__nv_bfloat16>(v[i][0], v[i][1]));
+      } else {
+        V lo, hi;
+        load_block(blk, lo, hi);
+        amax = nvfp4::fmax_nan(amax, block16_abs_max<__nv_bfloat16>(lo, hi));
+      }
+    }
+  }
+#pragma unroll
+  for (int d = LANES / 2; d > 0; d >>= 1) amax = nvfp4::fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+  if (!valid) return;
+  if (!nvfp4::is_finite(amax)) {  // SwiGLU overflowed: report, leave this row's outputs unwritten
+    for (int blk = lane; blk < kBlocks; blk += LANES) {
+      V w[2];
+      load_block(blk, w[0], w[1]);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float f[8];
+        w[half].to_float(f);
+        report_nonfinite(status, kStatusMoeGateUp, static_cast<uint64_t>(row), blk * 16 + half * 8, f);
+      }
+    }
+    return;
+  }
+  const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
+  if (lane == 0) row_scale[row] = s;
+  const bool fast = row_scale_fast(s);
+  const nvfp4::Divisor six_s = nvfp4::make_divisor(nvfp4::kFp4Max * s);
+  if constexpr (HOLD) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + LANES * i < kBlocks)
+        round_block_nvfp4<D>(lane + LANES * i, v[i][0], v[i][1], row, s, fast, six_s, codes, block_scales, dequant,
+                             mantissa_bits);
+  } else {
+#pragma unroll 1
+    for (int blk = lane; blk < kBlocks; blk += LANES) {  // pass 2: one block at a time, from L2 again
+      V lo, hi;
+      load_block(blk, lo, hi);
+      round_block_nvfp4<D>(blk, lo, hi, row, s, fast, six_s, codes, block_scales, dequant, mantissa_bits);
+    }
+  }
+}
+
+// Rows whose blocks are held in registers take a whole warp beyond 64 blocks (D > 1024), else a half warp: at most
+// 4 held blocks (32 registers) per lane.
+template <int D>
+constexpr bool held_row_takes_a_warp() { return D / 16 > 64; }
+
+// The complete rows row0 .. row0 + rows of h [M, D] by WARPS warps (this one: `warp`), a row per
+// warp (decode tiles) or, with its blocks held in registers, per half warp up to D = 1024 and per warp
+// beyond (WIDE: tiles of >= 64 rows).
+template <int D, bool WIDE, int WARPS>
+__device__ __forceinline__ void quantize_rows_nvfp4(const __nv_bfloat16* h, int row0, int rows, int warp, int lane,
+                                                    uint8_t* codes, uint8_t* block_scales, float* row_scale,
+                                                    __nv_bfloat16* dequant, uint8_t* mantissa_bits,
+                                                    uint32_t* status) {
+  constexpr int kLanes = WIDE && !held_row_takes_a_warp<D>() ? 16 : 32;
+  if constexpr (kLanes == 32) {
+    for (int n = warp; n < rows; n += WARPS)
+      quantize_row_nvfp4<D, 32, WIDE>(h + static_cast<size_t>(row0 + n) * D, row0 + n, true, lane, codes,
+                                      block_scales, row_scale, dequant, mantissa_bits, status);
+  } else {
+    for (int n0 = 2 * warp; n0 < rows; n0 += 2 * WARPS) {  // warp-uniform; a half warp past the end shuffles
+      const int n = n0 + lane / 16;
+      quantize_row_nvfp4<D, 16, WIDE>(h + static_cast<size_t>(row0 + n) * D, row0 + n, n < rows, lane % 16, codes,
+                                      block_scales, row_scale, dequant, mantissa_bits, status);
+    }
+  }
+}
+
+// ROW_AMAX tiles (TileConfig.row_amax): every CTA of the token tile folds the max |h| of its part of each row into
+// the row's amax, so the last CTA needs no row reduction.
+
 // A row's amax, shared by the CTAs that each write part of the row: every CTA folds in the max |h| of its part as
 // an unsigned max of float bits. That is the float max for values >= 0, with NaN above inf above every finite value,
 // so a non-finite part makes the row's amax non-finite as nvfp4::fmax_nan does; a max is exact and order-independent.
@@ -62,8 +163,8 @@ __device__ __forceinline__ void fold_row_amax(uint32_t* row_amax, int64_t m, uin
 // (row, block) is independent: one L2 round trip for the block and its row's amax together (a decode tile's last
 // CTA has a block or two per thread; a wide tile's many warps hide one another's loads). The caller clears row_amax[row0 ..] after a barrier (clear_row_amax).
 template <int D, int THREADS>
-__device__ __forceinline__ void quantize_rows_nvfp4(const __nv_bfloat16* h, int row0, int rows, int t,
-                                                    const uint32_t* row_amax, uint8_t* codes, uint8_t* block_scales,
+__device__ __forceinline__ void quantize_rows_nvfp4_from_amax(const __nv_bfloat16* h, int row0, int rows, int t,
+                                                              const uint32_t* row_amax, uint8_t* codes, uint8_t* block_scales,
                                                     float* row_scale, __nv_bfloat16* dequant, uint8_t* mantissa_bits,
                                                     uint32_t* status) {
   static_assert(D % 16 == 0, "D % 16 == 0");
@@ -104,7 +205,7 @@ __device__ __forceinline__ void quantize_rows_nvfp4(const __nv_bfloat16* h, int 
 }
 
 // row_amax of the rows a last CTA quantized back to zero for the next launch, once a barrier ordered every thread's
-// reads of them (quantize_rows_nvfp4) before.
+// reads of them (quantize_rows_nvfp4_from_amax) before.
 template <int THREADS>
 __device__ __forceinline__ void clear_row_amax(uint32_t* row_amax, int row0, int rows, int t) {
   for (int r = t; r < rows; r += THREADS) row_amax[row0 + r] = 0;

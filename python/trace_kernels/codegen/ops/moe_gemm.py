@@ -82,6 +82,11 @@ class TileConfig:
     # STEP_PIPE): a warpgroup dequantizes while its own wgmmas run, with the same A registers. Thirty-seventh session:
     # each warpgroup's wait for its chunk's wgmmas held 24-30% of the prefill GEMMs' warp samples.
     step_pipeline: bool = False
+    # fused gate_up quantized in-kernel only (the other kinds' kernels, and quantize_after tiles, ignore it): every CTA
+    # of a token tile folds the max |h| of its part of each row into a per-row amax (an unsigned RED.MAX), and the
+    # last CTA quantizes each (row, block of 16) on its own thread, without a row reduction and with one L2 round
+    # trip (moe_nvfp4_row.cuh; forty-first session, not run on a GPU yet). The A/B table "auto_ra" is auto with it.
+    row_amax: bool = False
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -184,11 +189,13 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" without step_pipeline on its prefill ring (A/B runs), as auto was until 2026-12-05
                "auto_sp0": AUTO_TILE_TABLE,
                # "auto" with every fused gate_up quantized by its own last CTA, v1 tiles too (A/B runs)
-               "auto_qk": AUTO_TILE_TABLE}
+               "auto_qk": AUTO_TILE_TABLE,
+               # "auto" with its in-kernel fused quantization (the ws gate_up tile at T <= 2) on row_amax (A/B runs)
+               "auto_ra": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp0", "auto_qk")
+               "auto_sp0", "auto_qk", "auto_ra")
 # The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
 # group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
 # same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
@@ -197,7 +204,7 @@ AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns
 # T=2048 (+0.1% in the sixth), its fused gate_up 0.5-2.2% faster in all six, and 235B within that run's noise (its
 # control cell, T=1024, the same kernels in both arms, moved 4%). auto_sp0 is auto without it; auto_ns0, auto_gp0,
 # auto_ov and auto_cb (whose combining prefill down tile never ran with it) are without it too.
-STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk")
+STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -315,6 +322,12 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # the decode table tile with the fused epilogue's fence + atomic + last-CTA quantize moved off the
     # consumers onto the producer warpgroup's spare warps (T=8: 0.075 vs 0.083 ms on 30B)
     TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True),
+    # the per-row amax folded by every CTA (row_amax): auto's ws tile at T <= 2, the ws epilogue warps, v1's TN=8
+    # ring and its gathering prefill ring (a CTA of 256 rows) quantizing in their last CTA
+    replace(WS_ONE_WARPGROUP_TILE, row_amax=True),
+    TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True, row_amax=True),
+    replace(TILE_TABLE[0][1], row_amax=True),
+    replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, row_amax=True),
     # v1's decode and prefill table tiles with the fused gate_up's rows quantized by the quantize kernel
     replace(TILE_TABLE[0][1], quantize_after=True),
     replace(TILE_TABLE[-1][1], quantize_after=True),
@@ -460,6 +473,9 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return _with_tn64_band(_unstepped_table("auto", kind, k))
     if variant == "auto_qk" and kind is not None:  # auto's tables, no fused gate_up quantized afterwards
         return tuple((limit, replace(tile, quantize_after=False)) for limit, tile in _unstepped_table("auto", kind, k))
+    if variant == "auto_ra" and kind is not None:  # auto's tables, the in-kernel fused quantization on row_amax
+        return tuple((limit, replace(tile, row_amax=kind == "gate_up_swiglu" and not tile.quantize_after))
+                     for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
@@ -629,6 +645,8 @@ def check_tile(tile: TileConfig, k: int) -> None:
     if tile.step_pipeline and not _can_step_pipeline(tile):
         raise ValueError(f"step_pipeline is a v1 ring knob with 2 or more chunks per stage (no weights_direct or "
                          f"overlap): {tile}")
+    if tile.row_amax and tile.quantize_after:
+        raise ValueError(f"row_amax is for the fused gate_up's in-kernel quantization, not quantize_after: {tile}")
     if tile.variant == "ws" and tile.fused_combine:
         raise ValueError(f"fused_combine is a v1 knob (the ws down GEMM is followed by moe_combine): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
@@ -654,6 +672,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     check_tile(tile, k)
     nwg = warpgroups_for(n, tile)
     async_epilogue = tile.async_epilogue and epilogue == "SwigluQuant"  # other epilogues: the same kernel
+    row_amax = tile.row_amax and epilogue == "SwigluQuant"  # (likewise)
     smem = smem_bytes(replace(tile, async_epilogue=async_epilogue), nwg, shape.experts, k)
     threads = threads_for(tile, nwg)
     pieces = tile.tile_tokens * CHUNK_K * 2 // 16  # 16-byte activation pieces per K chunk
@@ -666,12 +685,13 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     min_blocks = tile.fused_min_blocks if epilogue == "SwigluQuant" and tile.fused_min_blocks else tile.min_blocks
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
     combine_top_k = shape.top_k if tile.fused_combine and kind == "down_routed" else 0
-    table_tile = any(replace(tile, quantize_after=False, fused_combine=False, gather_pieces=False) == t
-                     for _, t in TILE_TABLE) and not tile.warpgroups and not combine_top_k and not gather_pieces
+    bare = replace(tile, quantize_after=False, fused_combine=False, gather_pieces=False, row_amax=False)
+    table_tile = any(bare == t for _, t in TILE_TABLE) and not tile.warpgroups and not combine_top_k and \
+        not gather_pieces and not row_amax
     if tile.variant == "ws":
         extra = {"ws": 1, "st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "cps": tile.chunks_per_stage,
                  "ov": int(tile.overlap), **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {}),
-                 **({"ae": 1} if async_epilogue else {})}
+                 **({"ae": 1} if async_epilogue else {}), **({"ra": 1} if row_amax else {})}
     elif table_tile:
         extra = {}
     else:
@@ -680,7 +700,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
                  **({"wd": tile.weights_direct} if tile.weights_direct else {}),
                  **({"cb": combine_top_k} if combine_top_k else {}),
                  **({"ns": tile.n_step} if tile.n_step else {}), **({"gp": 1} if gather_pieces else {}),
-                 **({"sp": 1} if tile.step_pipeline else {})}
+                 **({"sp": 1} if tile.step_pipeline else {}), **({"ra": 1} if row_amax else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -690,13 +710,13 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "variant": tile.variant, "chunks_per_stage": tile.chunks_per_stage,
               "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct, "combine_top_k": combine_top_k,
               "n_step": tile.n_step, "gather_pieces": "true" if gather_pieces else "",
-              "step_pipeline": "true" if tile.step_pipeline else "",
+              "step_pipeline": "true" if tile.step_pipeline else "", "row_amax": "true" if row_amax else "",
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
               "block_rows": 64 * nwg * tile.m_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
               "persistent": tile.variant == "ws", "min_blocks": min_blocks, "warpgroups": nwg,
-              "combine_top_k": combine_top_k}
+              "combine_top_k": combine_top_k, "row_amax": row_amax}
     return KernelSpec(op="moe_gemm", name=name, template="moe_gemm.cu.jinja", params=params, launch=launch,
                       headers=HEADERS, needs_cutlass=True)
 
