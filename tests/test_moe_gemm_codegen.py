@@ -535,7 +535,8 @@ def test_step_pipeline_knob():
 def test_row_amax_knob():
     """row_amax: the fused gate_up kernel of an in-kernel quantizing tile renders ROW_AMAX and is named _ra1; the other
     kinds build the base tile's kernels; with quantize_after it is refused; auto_ra is auto with it on the fused
-    gate_up tiles that quantize in-kernel (the ws tile at T <= 2), so their production kernels differ there alone."""
+    gate_up tiles that quantize in-kernel (the ws tile at T <= 2), so their production kernels differ there alone;
+    auto_qkra is auto_qk with it."""
     shape = shapes.preset("qwen3-30b-a3b")
     for base in (codegen.WS_ONE_WARPGROUP_TILE, codegen.TILE_TABLE[0][1],
                  codegen.TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True)):
@@ -559,6 +560,12 @@ def test_row_amax_knob():
             in_kernel = kind == "gate_up_swiglu" and not auto.quantize_after
             assert ra == dataclasses.replace(auto, row_amax=in_kernel)
             assert in_kernel == (kind == "gate_up_swiglu" and rows <= 16)  # <= 1/8 routed row per expert: ws
+    # auto_qkra: auto_qk (every fused gate_up quantized in-kernel) with it on every fused gate_up tile
+    for rows in (8, 64, 512, 8192, 131072):
+        for kind, k, n in (("gate_up_swiglu", 2048, 1536), ("gate_up", 2048, 1536), ("down_routed", 768, 2048)):
+            qk = codegen.tile_for_rows(rows, 128, "auto_qk", k=k, kind=kind, n=n)
+            assert codegen.tile_for_rows(rows, 128, "auto_qkra", k=k, kind=kind, n=n) == dataclasses.replace(
+                qk, row_amax=kind == "gate_up_swiglu")
     for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
         auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
         ra = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_ra",))}

@@ -368,3 +368,28 @@ def test_custom_ops_cpu_and_fake(problem):
     # fp8 inputs rule out opcheck's schema test (allclose on float8); the fake-tensor test applies
     for op, a in ((ops.moe_gemm_op, args), (ops.moe_gate_up_op, args), (ops.moe_down_op, down_args)):
         torch.library.opcheck(op, a, test_utils=("test_faketensor",))
+
+
+def test_row_amax_fold_is_the_float_amax():
+    """The row_amax tiles' fold (moe_nvfp4_row.cuh, fold_row_amax): an unsigned max over |h|'s BF16 bits widened to
+    float bits, in any order and grouping, is bit for bit the float amax of finite rows (zeros, -0, subnormals and the
+    largest BF16 included), whose row scale is nvfp4.quantize's, and is non-finite exactly where a row holds inf or
+    NaN."""
+    gen = torch.Generator().manual_seed(3)
+    h = (torch.randn(64, 768, generator=gen) * torch.exp2(torch.randint(-140, 120, (64, 1), generator=gen))).bfloat16()
+    h[0] = 0
+    h[1] = -0.0
+    h[2, ::3] = torch.finfo(torch.bfloat16).tiny / 8  # subnormal BF16
+    h[3, 5] = -torch.finfo(torch.bfloat16).max
+    h[4, 7], h[5, 9], h[6, 1], h[6, 2] = float("inf"), float("-inf"), float("nan"), float("inf")
+    bits = (h.view(torch.int16).to(torch.int64) & 0x7FFF) << 16  # abs_bits: the float bits of |h|
+    perm = torch.randperm(h.shape[1], generator=gen)
+    for folded in (bits.amax(dim=1), bits[:, perm].view(64, 48, 16).amax(dim=2).amax(dim=1)):  # (any grouping)
+        amax = folded.to(torch.int32).view(torch.float32)
+        finite = torch.isfinite(h.float()).all(dim=1)
+        assert not torch.isfinite(amax[~finite]).any() and bool((~finite).sum() == 3)
+        want = h[finite].float().abs().amax(dim=1)
+        assert torch.equal(amax[finite], want)
+        # the kernel's row scale from it (__fdiv_rn) is quantize's
+        s = amax[finite] / torch.full_like(want, nvfp4.GLOBAL_SCALE_DIVISOR)
+        assert torch.equal(s, nvfp4.quantize(h[finite], scale="row").scale)

@@ -354,6 +354,28 @@ def test_row_amax_layer_replays_auto_bits():
         assert torch.equal(up_out.mantissa_bits, want.mantissa_bits) and torch.equal(y, want_y)
 
 
+@pytest.mark.parametrize("variant", ["auto_ra", "auto_qkra"])
+@pytest.mark.parametrize("tokens", [1, 2, 8, 64, 300, 2048])
+def test_row_amax_tables_give_auto_bits(variant, tokens):
+    """The row_amax A/B tables' fused gate_up (auto_ra: auto's ws tile at T <= 2; auto_qkra: every tile quantizing in
+    its own last CTA, v1's TN=8 to 128 rings) gives auto's h, codes, scales and guidance bit for bit."""
+    name = "qwen3-30b-a3b"
+    e, h, i, k = SHAPES[name]
+    p = problem(name, tokens, 700 + tokens, skew=1.0 if tokens == 300 else 0.0)
+    r = p.routing
+    tile = tile_for_rows(r.num_rows, e, variant, k=h, kind="gate_up_swiglu", n=2 * i)
+    got = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=tile,
+                          out=_poisoned_gate_up(r.num_rows, i))
+    want = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a)  # auto
+    torch.cuda.synchronize()
+    for g, w in ((got.h, want.h), (got.q.codes, want.q.codes), (got.q.scale, want.q.scale), (got.a_next, want.a_next),
+                 (got.q.block_scales.view(torch.uint8), want.q.block_scales.view(torch.uint8)),
+                 (got.mantissa_bits, want.mantissa_bits)):
+        assert torch.equal(g, w), (variant, tokens, tile)
+    if tile.row_amax:
+        assert not _row_amax_pool().any()
+
+
 def test_capture_without_counters_raises_before_launch(monkeypatch):
     """A fused gate_up inside a CUDA-graph capture while its tile counters do not exist yet: a clear error instead of
     counters whose zero fill only the graph's replay would run."""

@@ -736,9 +736,10 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     if (!item[1]) return;
     if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
     if constexpr (ROW_AMAX) {
-      quantize_rows_nvfp4_from_amax<N / 2, kThreads>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes,
-                                                     p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits,
-                                                     p.status);
+      constexpr int kBatch = TN >= 64 ? 4 : 1;  // blocks per thread in flight (a 64-register decode tile: one)
+      quantize_rows_nvfp4_from_amax<N / 2, kThreads, kBatch>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes,
+                                                             p.q_block_scales, p.q_scale, p.q_dequant,
+                                                             p.q_mantissa_bits, p.status);
       __syncthreads();
       clear_row_amax<kThreads>(p.row_amax, row0, rows_valid, tid);
     } else {

@@ -439,9 +439,10 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       if (last) {
         if (tid == 0) p.tile_counters[y_tile] = 0;  // ready for the next launch
         if constexpr (ROW_AMAX) {
-          quantize_rows_nvfp4_from_amax<N / 2, kConsumers>(p.out, row0, rows_valid, tid, p.row_amax, p.q_codes,
-                                                           p.q_block_scales, p.q_scale, p.q_dequant,
-                                                           p.q_mantissa_bits, p.status);
+          constexpr int kBatch = TN >= 64 ? 4 : 1;  // blocks per thread in flight (a decode tile has one or two)
+          quantize_rows_nvfp4_from_amax<N / 2, kConsumers, kBatch>(p.out, row0, rows_valid, tid, p.row_amax,
+                                                                   p.q_codes, p.q_block_scales, p.q_scale, p.q_dequant,
+                                                                   p.q_mantissa_bits, p.status);
         } else {
           // Rows held in registers (WIDE, one L2 read per row instead of two) also at one consumer warpgroup's decode
           // TN (auto's tile at T <= 2) where a row has more than 64 blocks (a warp per row): Qwen3-235B-A22B's fused

@@ -158,48 +158,56 @@ __device__ __forceinline__ void fold_row_amax(uint32_t* row_amax, int64_t m, uin
   if (valid && lane < 4) atomicMax(row_amax + m, bits);
 }
 
-// The complete rows row0 .. row0 + rows of h [M, D], a block of 16 per thread in turn (THREADS threads, this one t),
+// The complete rows row0 .. row0 + rows of h [M, D], blocks of 16 per thread in turn (THREADS threads, this one t),
 // given their amaxes in row_amax (fold_row_amax of every CTA that wrote them). Without a row reduction here, every
-// (row, block) is independent: one L2 round trip for the block and its row's amax together (a decode tile's last
-// CTA has a block or two per thread; a wide tile's many warps hide one another's loads). The caller clears row_amax[row0 ..] after a barrier (clear_row_amax).
-template <int D, int THREADS>
+// (row, block) is independent: one L2 round trip for the block and its row's amax together. BATCH blocks per thread go
+// out at once (a wide tile's last CTA has 24 per thread at 30B's TN=128; a decode tile's one or two, where BATCH = 1
+// keeps the registers of a 64-register kernel). The caller clears row_amax[row0 ..] after a barrier (clear_row_amax).
+template <int D, int THREADS, int BATCH = 1>
 __device__ __forceinline__ void quantize_rows_nvfp4_from_amax(const __nv_bfloat16* h, int row0, int rows, int t,
-                                                              const uint32_t* row_amax, uint8_t* codes, uint8_t* block_scales,
-                                                    float* row_scale, __nv_bfloat16* dequant, uint8_t* mantissa_bits,
-                                                    uint32_t* status) {
-  static_assert(D % 16 == 0, "D % 16 == 0");
+                                                              const uint32_t* row_amax, uint8_t* codes,
+                                                              uint8_t* block_scales, float* row_scale,
+                                                              __nv_bfloat16* dequant, uint8_t* mantissa_bits,
+                                                              uint32_t* status) {
+  static_assert(D % 16 == 0 && BATCH >= 1, "D % 16 == 0, BATCH >= 1");
   using V = Vec8<__nv_bfloat16>;
   constexpr int kBlocks = D / 16;
   const int total = rows * kBlocks;
-  // h and row_amax were written by other CTAs of this launch: L2 loads (ld.cg), never the non-coherent path
-  auto load = [&](int i, V& lo, V& hi, uint32_t& bits) {
-    const int64_t row = row0 + i / kBlocks;
-    const uint4* src = reinterpret_cast<const uint4*>(h + row * D + (i % kBlocks) * 16);
-    lo.raw = __ldcg(src);
-    hi.raw = __ldcg(src + 1);
-    bits = __ldcg(row_amax + row);
-  };
 #pragma unroll 1
-  for (int i = t; i < total; i += THREADS) {
-    V lo, hi;
-    uint32_t bits;
-    load(i, lo, hi, bits);
-    const int64_t row = row0 + i / kBlocks;
-    const int blk = i % kBlocks;
-    const float amax = __uint_as_float(bits);
-    if (!nvfp4::is_finite(amax)) {  // SwiGLU overflowed: report, leave this row's outputs unwritten
-      const V halves[2] = {lo, hi};
+  for (int i0 = t; i0 < total; i0 += BATCH * THREADS) {
+    V v[BATCH][2];
+    uint32_t bits[BATCH];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float f[8];
-        halves[half].to_float(f);
-        report_nonfinite(status, kStatusMoeGateUp, static_cast<uint64_t>(row), blk * 16 + half * 8, f);
+    for (int b = 0; b < BATCH; ++b) {  // h and row_amax come from other CTAs of this launch: L2 loads (ld.cg)
+      const int i = i0 + b * THREADS;
+      if (i < total) {
+        const int64_t row = row0 + i / kBlocks;
+        const uint4* src = reinterpret_cast<const uint4*>(h + row * D + (i % kBlocks) * 16);
+        v[b][0].raw = __ldcg(src);
+        v[b][1].raw = __ldcg(src + 1);
+        bits[b] = __ldcg(row_amax + row);
       }
-    } else {
-      const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
-      if (blk == 0) row_scale[row] = s;
-      round_block_nvfp4<D>(blk, lo, hi, row, s, row_scale_fast(s), nvfp4::make_divisor(nvfp4::kFp4Max * s), codes,
-                           block_scales, dequant, mantissa_bits);
+    }
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      const int i = i0 + b * THREADS;
+      if (i >= total) break;
+      const int64_t row = row0 + i / kBlocks;
+      const int blk = i % kBlocks;
+      const float amax = __uint_as_float(bits[b]);
+      if (!nvfp4::is_finite(amax)) {  // SwiGLU overflowed: report, leave this row's outputs unwritten
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float f[8];
+          v[b][half].to_float(f);
+          report_nonfinite(status, kStatusMoeGateUp, static_cast<uint64_t>(row), blk * 16 + half * 8, f);
+        }
+      } else {
+        const float s = __fdiv_rn(amax, nvfp4::kGlobalDivisor);
+        if (blk == 0) row_scale[row] = s;
+        round_block_nvfp4<D>(blk, v[b][0], v[b][1], row, s, row_scale_fast(s), nvfp4::make_divisor(nvfp4::kFp4Max * s),
+                             codes, block_scales, dequant, mantissa_bits);
+      }
     }
   }
 }

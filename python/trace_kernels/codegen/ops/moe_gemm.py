@@ -85,7 +85,8 @@ class TileConfig:
     # fused gate_up quantized in-kernel only (the other kinds' kernels, and quantize_after tiles, ignore it): every CTA
     # of a token tile folds the max |h| of its part of each row into a per-row amax (an unsigned RED.MAX), and the
     # last CTA quantizes each (row, block of 16) on its own thread, without a row reduction and with one L2 round
-    # trip (moe_nvfp4_row.cuh; forty-first session, not run on a GPU yet). The A/B table "auto_ra" is auto with it.
+    # trip (moe_nvfp4_row.cuh; forty-first session, not run on a GPU yet). The A/B tables "auto_ra" and "auto_qkra" are
+    # auto and auto_qk with it.
     row_amax: bool = False
 
 
@@ -191,11 +192,13 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized by its own last CTA, v1 tiles too (A/B runs)
                "auto_qk": AUTO_TILE_TABLE,
                # "auto" with its in-kernel fused quantization (the ws gate_up tile at T <= 2) on row_amax (A/B runs)
-               "auto_ra": AUTO_TILE_TABLE}
+               "auto_ra": AUTO_TILE_TABLE,
+               # "auto_qk" (every fused gate_up quantized in-kernel, v1 tiles too) on row_amax (A/B runs)
+               "auto_qkra": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp0", "auto_qk", "auto_ra")
+               "auto_sp0", "auto_qk", "auto_ra", "auto_qkra")
 # The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
 # group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
 # same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
@@ -204,7 +207,8 @@ AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns
 # T=2048 (+0.1% in the sixth), its fused gate_up 0.5-2.2% faster in all six, and 235B within that run's noise (its
 # control cell, T=1024, the same kernels in both arms, moved 4%). auto_sp0 is auto without it; auto_ns0, auto_gp0,
 # auto_ov and auto_cb (whose combining prefill down tile never ran with it) are without it too.
-STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra")
+STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra",
+                        "auto_qkra")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -473,9 +477,11 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return _with_tn64_band(_unstepped_table("auto", kind, k))
     if variant == "auto_qk" and kind is not None:  # auto's tables, no fused gate_up quantized afterwards
         return tuple((limit, replace(tile, quantize_after=False)) for limit, tile in _unstepped_table("auto", kind, k))
-    if variant == "auto_ra" and kind is not None:  # auto's tables, the in-kernel fused quantization on row_amax
+    if variant in ("auto_ra", "auto_qkra") and kind is not None:  # auto's / auto_qk's tables, row_amax where the
+        # fused gate_up quantizes in-kernel
+        base = _unstepped_table("auto" if variant == "auto_ra" else "auto_qk", kind, k)
         return tuple((limit, replace(tile, row_amax=kind == "gate_up_swiglu" and not tile.quantize_after))
-                     for limit, tile in _unstepped_table("auto", kind, k))
+                     for limit, tile in base)
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
