@@ -281,28 +281,37 @@ def _layer_tile(variant, m, e):
     return tile_for_rows(m, e, variant)
 
 
-@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb"])
-def test_cuda_graph_replay_matches_eager(variant):
-    """The layer captured in a CUDA graph (validate=False: no host syncs) replays to the eager result,
-    also on new inputs copied into the captured buffers (the fused epilogue's tile counters reset)."""
+def _captured_layer(p, tokens, up_tile, down_tile):
+    """The 30B layer on p's routing captured in a CUDA graph (validate=False: no host syncs) after one eager warm-up,
+    which builds, loads and allocates the tile counters and amax buffers; returns the graph and its input and output
+    buffers (x, s_a, up_out, y)."""
     _, h, i, _ = SHAPES["qwen3-30b-a3b"]
-    p = problem("qwen3-30b-a3b", 64, 21)
     r = p.routing
-    tile = _layer_tile(variant, r.num_rows, p.gate_up.num_experts)
     x, s_a = p.a.clone(), p.s_a.clone()
     up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
-    y = torch.empty(64, h, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty(tokens, h, dtype=torch.bfloat16, device="cuda")
 
     def layer():
         up = ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, row_scale=s_a, validate=False,
-                             out=up_out, tile=tile)
-        ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y, tile=tile)
+                             out=up_out, tile=up_tile)
+        ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y, tile=down_tile)
 
-    layer()  # warm up: builds, loads, allocates the tile counters
+    layer()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with capture_graph(graph):
         layer()
+    return graph, x, s_a, up_out, y
+
+
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb"])
+def test_cuda_graph_replay_matches_eager(variant):
+    """The layer captured in a CUDA graph (validate=False: no host syncs) replays to the eager result,
+    also on new inputs copied into the captured buffers (the fused epilogue's tile counters reset)."""
+    p = problem("qwen3-30b-a3b", 64, 21)
+    r = p.routing
+    tile = _layer_tile(variant, r.num_rows, p.gate_up.num_experts)
+    graph, x, s_a, _, y = _captured_layer(p, 64, tile, tile)
     for seed in (1, 2):
         fresh = problem("qwen3-30b-a3b", 64, 21 + seed)
         x.copy_(fresh.a)
@@ -325,20 +334,7 @@ def test_row_amax_layer_replays_auto_bits():
     r = p.routing
     tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, "auto_ra", k=h, kind="gate_up_swiglu", n=2 * i)
     assert tile.row_amax and tile.variant == "ws"
-    x, s_a = p.a.clone(), p.s_a.clone()
-    up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
-    y = torch.empty(2, h, dtype=torch.bfloat16, device="cuda")
-
-    def layer():
-        up = ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, row_scale=s_a, validate=False,
-                             out=up_out, tile=tile)
-        ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y)
-
-    layer()  # warm up: builds, loads, allocates the tile counters and the amax buffer
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with capture_graph(graph):
-        layer()
+    graph, x, s_a, up_out, y = _captured_layer(p, 2, tile, None)
     for seed in (1, 2, 3):
         fresh = problem("qwen3-30b-a3b", 2, 41 + seed)
         x.copy_(fresh.a)

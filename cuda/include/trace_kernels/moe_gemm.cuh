@@ -116,6 +116,31 @@ __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence
 // exact): fast exp and division keep the IEEE-division slow path (a call) out of the epilogue.
 __device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
 
+// The SwiGLU epilogue of ROW_AMAX tiles for one thread's weight-row pair at intermediate `inter` of h [M, I]: stores
+// h for each of its token columns (gate acc(v0 + 4 v2), up acc(v0 + 2 + 4 v2), v1's and ws's accumulator order) and
+// folds each token row's |h| into row_amax (fold_row_amax shuffles across the warp: every lane runs the whole loop).
+template <int TN, int I, class Acc>
+__device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* token_scale, __nv_bfloat16* h,
+                                                       uint32_t* row_amax, int inter, int row0, int rows_valid,
+                                                       int lane) {
+#pragma unroll
+  for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+    for (int v0 = 0; v0 < 2; ++v0) {
+      const int n = 2 * (lane % 4) + v0 + 8 * v2;
+      const bool valid = n < rows_valid;
+      uint32_t bits = 0;
+      if (valid) {
+        const float scale = token_scale[n];
+        const __nv_bfloat16 hn = __float2bfloat16_rn(silu(acc(v0 + 4 * v2) * scale) * (acc(v0 + 2 + 4 * v2) * scale));
+        h[static_cast<size_t>(row0 + n) * I + inter] = hn;
+        bits = abs_bits(hn);
+      }
+      fold_row_amax(row_amax, row0 + n, bits, valid, lane);
+    }
+  }
+}
+
 // A token's combined output: its TOPK slot rows' float4s (load(j): slot j's) summed in slot order, then four bf16.
 // The combine kernel and the down GEMM's fused_combine epilogue share it, so both give the same bits.
 template <int TOPK, class Load>
@@ -698,27 +723,10 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       }
     }
   }
-  if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {
-    // as Swiglu, and each token row's amax over this CTA's intermediates folded into row_amax (warp-uniform loop:
-    // the fold shuffles across the warp's columns)
-    const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
-#pragma unroll
-    for (int v2 = 0; v2 < TN / 8; ++v2) {
-#pragma unroll
-      for (int v0 = 0; v0 < 2; ++v0) {
-        const int n = 2 * q + v0 + 8 * v2;
-        const bool valid = n < rows_valid;
-        uint32_t bits = 0;
-        if (valid) {
-          const float scale = token_scale[n];
-          const __nv_bfloat16 h =
-              __float2bfloat16_rn(detail::silu(accum(v0 + 4 * v2) * scale) * (accum(v0 + 2 + 4 * v2) * scale));
-          p.out[static_cast<size_t>(row0 + n) * (N / 2) + inter] = h;
-          bits = abs_bits(h);
-        }
-        fold_row_amax(p.row_amax, row0 + n, bits, valid, lane);
-      }
-    }
+  if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {  // as Swiglu, and each token row's amax folded
+    detail::swiglu_store_fold_amax<TN, N / 2>([&](int j) { return accum(j); }, token_scale, p.out, p.row_amax,
+                                              (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g, row0, rows_valid,
+                                              lane);
   }
 
   if constexpr (COMBINE_TOPK > 0) {

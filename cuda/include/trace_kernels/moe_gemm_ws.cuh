@@ -402,27 +402,9 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
           }
         }
       }
-      if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {
-        // as Swiglu, and each token row's amax over this m tile's intermediates folded into row_amax (warp-uniform
-        // loop: the fold shuffles across the warp's columns)
-        const int inter = tile_row / 2 + g;
-#pragma unroll
-        for (int v2 = 0; v2 < TN / 8; ++v2) {
-#pragma unroll
-          for (int v0 = 0; v0 < 2; ++v0) {
-            const int n = 2 * q + v0 + 8 * v2;
-            const bool valid = n < rows_valid;
-            uint32_t bits = 0;
-            if (valid) {
-              const float scale = tok_scale[n];
-              const __nv_bfloat16 h = __float2bfloat16_rn(detail::silu(accum(v0 + 4 * v2, mt, 0) * scale) *
-                                                          (accum(v0 + 2 + 4 * v2, mt, 0) * scale));
-              p.out[static_cast<size_t>(row0 + n) * (N / 2) + inter] = h;
-              bits = abs_bits(h);
-            }
-            fold_row_amax(p.row_amax, row0 + n, bits, valid, lane);
-          }
-        }
+      if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {  // as Swiglu, and each token row's amax folded
+        detail::swiglu_store_fold_amax<TN, N / 2>([&](int j) { return accum(j, mt, 0); }, tok_scale, p.out,
+                                                  p.row_amax, tile_row / 2 + g, row0, rows_valid, lane);
       }
     }
     ws::mbar_arrive(&tok_free[local & 1]);  // this thread is done with the slot
