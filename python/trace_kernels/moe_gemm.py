@@ -56,14 +56,16 @@ def _addr(t: torch.Tensor | None) -> int:
 
 
 def _counters(device: torch.device, count: int, pool: str, kernel: str) -> torch.Tensor:
-    """The fused epilogues' arrival counters (ops._common.counter_pool; the kernels leave them zero). Inside a
-    CUDA-graph capture they must exist already: a new buffer's zero fill would only be captured, and an eager call
-    or another graph's replay before this graph's first replay would count from garbage."""
+    """The fused epilogues' arrival counters, or the row_amax tiles' per-row amaxes (ops._common.counter_pool; the
+    kernels leave them zero). Inside a CUDA-graph capture they must exist already: a new buffer's zero fill would only
+    be captured, and an eager call or another graph's replay before this graph's first replay would start from
+    garbage."""
     from .ops._common import counter_pool
     buf = counter_pool(device, count, pool, allocate=not torch.cuda.is_current_stream_capturing())
     if buf is None:
-        raise RuntimeError(f"{kernel}: its {count} arrival counters ({pool!r}) cannot be allocated inside a CUDA-graph "
-                           "capture; run the same call once outside the capture first (a warm-up)")
+        raise RuntimeError(f"{kernel}: its {count} zero-initialized {pool!r} entries (arrival counters or row amaxes) "
+                           "cannot be allocated inside a CUDA-graph capture; run the same call once outside the capture "
+                           "first (a warm-up)")
     return buf
 
 
