@@ -20,8 +20,8 @@ Sets:
   moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp0 / auto_ra / auto_qkra tables
                 (run_gpu_checks_step_pipeline_ab.sh and, with engine, run_gpu_checks_step_pipeline_default.sh and
                 run_gpu_checks_moe_row_amax.sh; carried alone as .tkcache_moe: with the tree and
-                the wheels it fills most of the 64 MiB; moe_tests and engine: 438 kernels, 25.2 MiB, fortieth
-                session)
+                the wheels it fills most of the 64 MiB; moe_tests and engine: 460 kernels, 27.8 MiB, forty-first
+                session: moe_tests 416 in 1106 s here)
 Afterwards only the newest entry of each kernel name stays (an edited header leaves the old key's entry behind) and the
 cache's size is printed: the device tool carries at most 64 MiB, the tree included. On this 2-core machine (nvcc
 13.0, 2026-12-05): kv 119 kernels in 48 s, engine 54 in 69 s, memory 141 in 69 s (26 MiB the three),
