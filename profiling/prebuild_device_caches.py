@@ -101,13 +101,14 @@ def tuning_specs() -> list:
 def moe_test_specs() -> list:
     """The MoE GPU tests' kernels (every table and extra tile of tiny and Qwen3-30B-A3B, as moe_prebuild.py builds
     them) and Qwen3-235B-A22B's auto, auto_sp0, auto_ra and auto_qkra tables (the layer A/Bs of
-    run_gpu_checks_step_pipeline_{ab,default}.sh and run_gpu_checks_moe_row_amax.sh; the other A/B scripts' 235B tables compile on the device, in their
-    moe_build_ab)."""
+    run_gpu_checks_step_pipeline_{ab,default}.sh and run_gpu_checks_moe_row_amax.sh; the other A/B scripts' 235B
+    tables compile on the device, in their moe_build_ab)."""
     import moe_prebuild  # profiling/ is the script's folder
     from trace_kernels.codegen.ops import moe_gemm as codegen
     tests = moe_prebuild.kernel_specs(["tiny", "qwen3-30b-a3b"], tuple(codegen.TILE_TABLES))
     tables_235b = ("auto", "auto_sp0", "auto_ra", "auto_qkra")
-    return list(tests.values()) + list(moe_prebuild.kernel_specs(["qwen3-235b-a22b"], tables_235b, extras=False).values())
+    big = moe_prebuild.kernel_specs(["qwen3-235b-a22b"], tables_235b, extras=False)
+    return list(tests.values()) + list(big.values())
 
 
 SETS = {"kv": kv_specs, "engine": engine_specs, "memory": memory_specs, "other_shapes": other_shapes_specs,

@@ -7,8 +7,8 @@
 # of 128 experts); "auto_ra" is auto with row_amax there, and "auto_qkra" is auto_qk (v1's tiles quantizing in their
 # own last CTA too, instead of the quantize kernel after the GEMM: 0.6-6.4% slower than auto at T = 8-256 in the
 # fortieth session, by its last CTA's serial tail) with row_amax on every fused gate_up. One call (BUDGET s):
-#   1. the kernels: the MoE GPU tests' (with the row_amax extra tiles) and 235B's auto, auto_ra and auto_qkra, the engine
-#      tests' models (all in the carried cache)
+#   1. the kernels: the MoE GPU tests' (with the row_amax extra tiles) and 235B's auto, auto_ra and auto_qkra, the
+#      engine tests' models (all in the carried cache)
 #   2. the MoE GPU tests (the row_amax tiles against the reference, bitwise against every other tile, their amax buffer
 #      left zero), memcheck and racecheck on the tiny layer over every tiling
 #   3. the layer, auto against auto_ra and auto_qkra, two rounds with the arms' order reversed (layer_ab_swapped),

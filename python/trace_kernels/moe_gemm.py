@@ -63,9 +63,9 @@ def _counters(device: torch.device, count: int, pool: str, kernel: str) -> torch
     from .ops._common import counter_pool
     buf = counter_pool(device, count, pool, allocate=not torch.cuda.is_current_stream_capturing())
     if buf is None:
-        raise RuntimeError(f"{kernel}: its {count} zero-initialized {pool!r} entries (arrival counters or row amaxes) "
-                           "cannot be allocated inside a CUDA-graph capture; run the same call once outside the capture "
-                           "first (a warm-up)")
+        raise RuntimeError(f"{kernel}: its {count} zero-initialized {pool!r} entries (arrival counters or row "
+                           "amaxes) cannot be allocated inside a CUDA-graph capture; run the same call once outside "
+                           "the capture first (a warm-up)")
     return buf
 
 

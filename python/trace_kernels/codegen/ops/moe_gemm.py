@@ -329,7 +329,7 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # the per-row amax folded by every CTA (row_amax): auto's ws tile at T <= 2, the ws epilogue warps, v1's TN=8
     # ring and its gathering prefill ring (a CTA of 256 rows) quantizing in their last CTA
     replace(WS_ONE_WARPGROUP_TILE, row_amax=True),
-    TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True, row_amax=True),
+    replace(WS_TILE_TABLE[0][1], async_epilogue=True, row_amax=True),
     replace(TILE_TABLE[0][1], row_amax=True),
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, row_amax=True),
     # v1's decode and prefill table tiles with the fused gate_up's rows quantized by the quantize kernel
