@@ -17,7 +17,7 @@ Sets:
   wide          the decode kernels run_gpu_checks_decode_wide.sh benchmarks at GQA 16 and 12 (mma4l and mma4l_c16)
   tuning        the MoE GEMMs of sweep_moe_gemm_tiles.py --tiles tuning at the other_shapes MoE shapes
                 (run_gpu_checks_moe_tuned_tables.sh)
-  moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp0 / auto_ra / auto_qkra tables
+  moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp0 / auto_ra0 tables
                 (run_gpu_checks_step_pipeline_ab.sh and, with engine, run_gpu_checks_step_pipeline_default.sh and
                 run_gpu_checks_moe_row_amax.sh; carried alone as .tkcache_moe: with the tree and
                 the wheels it fills most of the 64 MiB; moe_tests and engine: 460 kernels, 27.8 MiB, forty-first
@@ -100,13 +100,13 @@ def tuning_specs() -> list:
 
 def moe_test_specs() -> list:
     """The MoE GPU tests' kernels (every table and extra tile of tiny and Qwen3-30B-A3B, as moe_prebuild.py builds
-    them) and Qwen3-235B-A22B's auto, auto_sp0, auto_ra and auto_qkra tables (the layer A/Bs of
+    them) and Qwen3-235B-A22B's auto, auto_sp0 and auto_ra0 tables (the layer A/Bs of
     run_gpu_checks_step_pipeline_{ab,default}.sh and run_gpu_checks_moe_row_amax.sh; the other A/B scripts' 235B
     tables compile on the device, in their moe_build_ab)."""
     import moe_prebuild  # profiling/ is the script's folder
     from trace_kernels.codegen.ops import moe_gemm as codegen
     tests = moe_prebuild.kernel_specs(["tiny", "qwen3-30b-a3b"], tuple(codegen.TILE_TABLES))
-    tables_235b = ("auto", "auto_sp0", "auto_ra", "auto_qkra")
+    tables_235b = ("auto", "auto_sp0", "auto_ra0")
     big = moe_prebuild.kernel_specs(["qwen3-235b-a22b"], tables_235b, extras=False)
     return list(tests.values()) + list(big.values())
 

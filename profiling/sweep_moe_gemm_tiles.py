@@ -30,11 +30,12 @@ from trace_kernels.moe_routing import route
 from trace_kernels.moe_testing import random_topk
 from trace_kernels.testing.provenance import git_commit, utc_now
 
-# --tiles tuning: the tiles of auto's bands (the ws tiles below 1/8 routed row per expert, the one-warpgroup and
+# --tiles tuning: the tiles of auto's bands (the ws tiles below 1/8 routed row per expert, the one-warpgroup one with
+# row_amax as auto's fused gate_up runs it (the other kinds' kernels ignore the knob), the one-warpgroup and
 # weights-direct TN=8 tiles, the v1 rings gathering whole activation pieces, the prefill ring with and without
 # step_pipeline, the prefill down GEMM's ws tile) and a stepped TN=64 ring, each v1 fused gate_up quantized afterwards
 # as auto's are: the candidates a tuned table for another shape picks from (run_gpu_checks_moe_tuned_tables.sh)
-TUNING_TILES = ("tile_tokens=8,stages=5,min_blocks=3,warpgroups=1,variant=ws,chunks_per_stage=2;"
+TUNING_TILES = ("tile_tokens=8,stages=5,min_blocks=3,warpgroups=1,variant=ws,chunks_per_stage=2,row_amax=1;"
                 "tile_tokens=8,stages=5,min_blocks=2,warpgroups=2,variant=ws,chunks_per_stage=2;"
                 "tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,quantize_after=1;"
                 "tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=3,quantize_after=1;"

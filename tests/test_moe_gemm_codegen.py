@@ -434,9 +434,11 @@ def test_quantize_after_launches_the_swiglu_h_kernel():
     # auto: the ws tile (<= 1/8 row per expert) keeps the in-kernel quantization, every v1 tile (the
     # one-warpgroup tile at <= 1 row per expert too) quantizes after the GEMM
     assert not codegen.tile_for_rows(8, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536).quantize_after
-    # below 1/8 row per expert both gate_up kernels run ws with one consumer warpgroup, the down GEMM two
-    for kind in ("gate_up_swiglu", "gate_up"):
-        assert codegen.tile_for_rows(16, 128, "auto", k=2048, kind=kind, n=1536) == codegen.WS_ONE_WARPGROUP_TILE
+    # below 1/8 row per expert both gate_up kernels run ws with one consumer warpgroup (the fused one folding its row
+    # amaxes in every CTA), the down GEMM two
+    for kind, row_amax in (("gate_up_swiglu", True), ("gate_up", False)):
+        assert codegen.tile_for_rows(16, 128, "auto", k=2048, kind=kind, n=1536) == dataclasses.replace(
+            codegen.WS_ONE_WARPGROUP_TILE, row_amax=row_amax)
     assert codegen.tile_for_rows(16, 128, "auto", k=768, kind="down_routed", n=2048) == codegen.WS_TILE_TABLE[0][1]
     t8 = codegen.tile_for_rows(64, 128, "auto", k=2048, kind="gate_up_swiglu", n=1536)
     assert dataclasses.replace(t8, quantize_after=False) == codegen.V1_ONE_WARPGROUP_DECODE_TILE and t8.quantize_after
@@ -534,9 +536,9 @@ def test_step_pipeline_knob():
 
 def test_row_amax_knob():
     """row_amax: the fused gate_up kernel of an in-kernel quantizing tile renders ROW_AMAX and is named _ra1; the other
-    kinds build the base tile's kernels; with quantize_after it is refused; auto_ra is auto with it on the fused
-    gate_up tiles that quantize in-kernel (the ws tile at T <= 2), so their production kernels differ there alone;
-    auto_qkra is auto_qk with it."""
+    kinds build the base tile's kernels; with quantize_after it is refused; auto has it on the fused gate_up tiles that
+    quantize in-kernel (the ws tile at T <= 2) and auto_ra0 is auto without it, so their production kernels differ
+    there alone."""
     shape = shapes.preset("qwen3-30b-a3b")
     for base in (codegen.WS_ONE_WARPGROUP_TILE, codegen.TILE_TABLE[0][1],
                  codegen.TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True)):
@@ -557,18 +559,16 @@ def test_row_amax_knob():
     for rows in (8, 16, 64, 512, 131072):
         for kind, k, n in (("gate_up_swiglu", 2048, 1536), ("gate_up", 2048, 1536), ("down_routed", 768, 2048)):
             auto = codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
-            ra = codegen.tile_for_rows(rows, 128, "auto_ra", k=k, kind=kind, n=n)
+            ra0 = codegen.tile_for_rows(rows, 128, "auto_ra0", k=k, kind=kind, n=n)
             in_kernel = kind == "gate_up_swiglu" and not auto.quantize_after
-            assert ra == dataclasses.replace(auto, row_amax=in_kernel)
+            assert auto == dataclasses.replace(ra0, row_amax=in_kernel) and not ra0.row_amax
             assert in_kernel == (kind == "gate_up_swiglu" and rows <= 16)  # <= 1/8 routed row per expert: ws
-    # auto_qkra: auto_qk (every fused gate_up quantized in-kernel) with it on every fused gate_up tile
+    # auto_qk (every fused gate_up quantized in-kernel) keeps it on auto's ws tile alone
     for rows in (8, 64, 512, 8192, 131072):
-        for kind, k, n in (("gate_up_swiglu", 2048, 1536), ("gate_up", 2048, 1536), ("down_routed", 768, 2048)):
-            qk = codegen.tile_for_rows(rows, 128, "auto_qk", k=k, kind=kind, n=n)
-            assert codegen.tile_for_rows(rows, 128, "auto_qkra", k=k, kind=kind, n=n) == dataclasses.replace(
-                qk, row_amax=kind == "gate_up_swiglu")
+        qk = codegen.tile_for_rows(rows, 128, "auto_qk", k=2048, kind="gate_up_swiglu", n=1536)
+        assert not qk.quantize_after and qk.row_amax == (qk.variant == "ws")
     for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
         auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
-        ra = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_ra",))}
-        assert [n.replace("_ra1", "") for n in ra - auto] == list(auto - ra)
-        assert len(ra - auto) == 1 and "moe_gemm_gate_up_swiglu_nvfp4" in next(iter(ra - auto))
+        ra0 = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_ra0",))}
+        assert [n.replace("_ra1", "") for n in auto - ra0] == list(ra0 - auto)
+        assert len(auto - ra0) == 1 and "moe_gemm_gate_up_swiglu_nvfp4" in next(iter(auto - ra0))

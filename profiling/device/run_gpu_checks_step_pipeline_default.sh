@@ -5,7 +5,9 @@
 #      swapped in the second (below T=4096 both arms run the same kernels: the control); the table of "Where it
 #      stands" in docs/moe_gemm.md
 #   2. the MoE GPU tests (auto's prefill ring now pipelines its steps) and the RL layer's GPU tests (the engine's
-#      prefill runs it)
+#      prefill runs it), then memcheck and racecheck on the tiny layer over every tiling (owed for auto's row_amax ws
+#      tile since the forty-third session: its racecheck ran every kernel with no hazard but hit its 50 s limit before
+#      the summary)
 #   3. while time is left: Nsight Compute with the warp stalls per SASS instruction (ncu_report, NCU_SOURCE=1) on the
 #      decode GEMMs auto runs at T=64 (the fused gate_up's v1 TN=8 ring; the down GEMM's weights_direct tile on 30B,
 #      TN=8 ring on 235B), Qwen3-30B-A3B first, then Qwen3-235B-A22B (whose layer is nearer its roofline: 87% against
@@ -27,6 +29,7 @@ limit=$(( $(left) - 110 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 limit=$(( $(left) - 140 )); [ "$limit" -gt 100 ] && limit=100
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
+moe_sanitizers_left "$DIR" 70
 export NCU_SOURCE=1
 for shape in qwen3-30b-a3b qwen3-235b-a22b; do
   CASE=(python3 profiling/moe_gemm_ncu_case.py --shape "$shape" --tokens 64 --repeat 1 --auto-tiles)

@@ -85,8 +85,8 @@ class TileConfig:
     # fused gate_up quantized in-kernel only (the other kinds' kernels, and quantize_after tiles, ignore it): every CTA
     # of a token tile folds the max |h| of its part of each row into a per-row amax (an unsigned RED.MAX), and the
     # last CTA quantizes each (row, block of 16) on its own thread, without a row reduction and with one L2 round
-    # trip (moe_nvfp4_row.cuh; forty-first session, not run on a GPU yet). The A/B tables "auto_ra" and "auto_qkra" are
-    # auto and auto_qk with it.
+    # trip (moe_nvfp4_row.cuh; forty-first session). auto's ws gate_up tile has it since the forty-third
+    # (AUTO_GATE_UP_TABLE); the A/B table "auto_ra0" is auto without it.
     row_amax: bool = False
 
 
@@ -191,14 +191,12 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_sp0": AUTO_TILE_TABLE,
                # "auto" with every fused gate_up quantized by its own last CTA, v1 tiles too (A/B runs)
                "auto_qk": AUTO_TILE_TABLE,
-               # "auto" with its in-kernel fused quantization (the ws gate_up tile at T <= 2) on row_amax (A/B runs)
-               "auto_ra": AUTO_TILE_TABLE,
-               # "auto_qk" (every fused gate_up quantized in-kernel, v1 tiles too) on row_amax (A/B runs)
-               "auto_qkra": AUTO_TILE_TABLE}
+               # "auto" without row_amax (its ws gate_up tile's rows reduced by a warp each, as until 2026-12-06)
+               "auto_ra0": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp0", "auto_qk", "auto_ra", "auto_qkra")
+               "auto_sp0", "auto_qk", "auto_ra0")
 # The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
 # group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
 # same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
@@ -207,8 +205,7 @@ AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns
 # T=2048 (+0.1% in the sixth), its fused gate_up 0.5-2.2% faster in all six, and 235B within that run's noise (its
 # control cell, T=1024, the same kernels in both arms, moved 4%). auto_sp0 is auto without it; auto_ns0, auto_gp0,
 # auto_ov and auto_cb (whose combining prefill down tile never ran with it) are without it too.
-STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra",
-                        "auto_qkra")
+STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra0")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -236,7 +233,12 @@ WS_PREFILL_DOWN_TILE = TileConfig(128, 4, 1, 2, variant="ws", m_tiles=2)
 # tile there (235B T=1: 0.0243 vs 0.0212 ms).
 WS_ONE_WARPGROUP_TILE = TileConfig(8, 5, 3, 1, variant="ws", chunks_per_stage=2)
 AUTO_GATE_UP_PLAIN_TABLE = ((0.125, WS_ONE_WARPGROUP_TILE),) + AUTO_TILE_TABLE[1:]
-AUTO_GATE_UP_TABLE = tuple((limit, replace(tile, quantize_after=tile.variant == "v1"))
+# The ws tile, which quantizes in its last CTA, folds each row's amax in every CTA (row_amax) since 2026-12-06
+# (forty-third session; two layer rounds of auto against it with the arms swapped, H200,
+# profiling/results/moe_row_amax_h200_round{1,2}.json): 30B T=1 0.0256/0.0253 -> 0.0244/0.0244 ms, T=2
+# 0.0303/0.0303 -> 0.0296/0.0294; 235B T=1 0.0455/0.0452 -> 0.0444/0.0443, T=2 0.0745/0.0745 -> 0.0735/0.0731.
+# With it on v1's tiles too, quantizing in-kernel instead of afterwards (auto_qk with it), T=8 took 3.9-5.1% more.
+AUTO_GATE_UP_TABLE = tuple((limit, replace(tile, quantize_after=tile.variant == "v1", row_amax=tile.variant == "ws"))
                            for limit, tile in AUTO_GATE_UP_PLAIN_TABLE)
 # "auto" with its v1 tiles overlapped (A/B runs; per GEMM kind through tile_table, auto's tables overlapped)
 TILE_TABLES["auto_ov"] = tuple((limit, overlapped(tile)) for limit, tile in AUTO_GATE_UP_TABLE)
@@ -321,12 +323,12 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # round-robin tail; the fastest tile at T=1 on 30B), and prefill with 256 weight rows per CTA
     # (each consumer warpgroup two m64 tiles). Measured on 2026-12-01 and dropped: four consumer
     # warpgroups x 1 CTA/SM and the overlapped decode main loop (no faster; docs/moe_gemm.md).
-    WS_ONE_WARPGROUP_TILE,  # (auto's gate_up tile below 1/8 routed row per expert)
+    WS_ONE_WARPGROUP_TILE,  # (auto's plain gate_up tile below 1/8 routed row per expert, and auto_ra0's fused)
     WS_PREFILL_DOWN_TILE,  # (auto's down tile in prefill until 2026-12-05, auto_dws's since; kept for the A/Bs)
     # the decode table tile with the fused epilogue's fence + atomic + last-CTA quantize moved off the
     # consumers onto the producer warpgroup's spare warps (T=8: 0.075 vs 0.083 ms on 30B)
     TileConfig(8, 5, 2, 2, variant="ws", chunks_per_stage=2, async_epilogue=True),
-    # the per-row amax folded by every CTA (row_amax): auto's ws tile at T <= 2, the ws epilogue warps, v1's TN=8
+    # the per-row amax folded by every CTA (row_amax): auto's fused ws tile at T <= 2, the ws epilogue warps, v1's TN=8
     # ring and its gathering prefill ring (a CTA of 256 rows) quantizing in their last CTA
     replace(WS_ONE_WARPGROUP_TILE, row_amax=True),
     replace(WS_TILE_TABLE[0][1], async_epilogue=True, row_amax=True),
@@ -477,11 +479,8 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return _with_tn64_band(_unstepped_table("auto", kind, k))
     if variant == "auto_qk" and kind is not None:  # auto's tables, no fused gate_up quantized afterwards
         return tuple((limit, replace(tile, quantize_after=False)) for limit, tile in _unstepped_table("auto", kind, k))
-    if variant in ("auto_ra", "auto_qkra") and kind is not None:  # auto's / auto_qk's tables, row_amax where the
-        # fused gate_up quantizes in-kernel
-        base = _unstepped_table("auto" if variant == "auto_ra" else "auto_qk", kind, k)
-        return tuple((limit, replace(tile, row_amax=kind == "gate_up_swiglu" and not tile.quantize_after))
-                     for limit, tile in base)
+    if variant == "auto_ra0" and kind is not None:  # auto's tables without row_amax
+        return tuple((limit, replace(tile, row_amax=False)) for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
