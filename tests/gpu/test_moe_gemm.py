@@ -397,6 +397,33 @@ def test_capture_without_counters_raises_before_launch(monkeypatch):
     assert _common._counters == {}
 
 
+def test_capture_of_row_amax_tile_without_its_pool_raises_before_launch(monkeypatch):
+    """auto's T=1 gate_up tile (row_amax) inside a CUDA-graph capture while the tile counters exist but its per-row
+    amax pool does not (an earlier warm-up ran only tiles without row_amax): the same clear error, and no pool is
+    allocated inside the capture."""
+    _, h, i, _ = SHAPES["qwen3-30b-a3b"]
+    p = problem("qwen3-30b-a3b", 1, 23)
+    r = p.routing
+    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, "auto", k=h, kind="gate_up_swiglu", n=2 * i)
+    assert tile.row_amax
+    up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
+
+    def gate_up():
+        ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, validate=False,
+                        out=up_out, tile=tile)
+
+    gate_up()  # builds and loads the kernel outside the capture
+    torch.cuda.synchronize()
+    device = torch.cuda.current_device()
+    counters_only = {(device, "gate_up"): _common._counters[(device, "gate_up")]}
+    monkeypatch.setattr(_common, "_counters", dict(counters_only))
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="'gate_up_row_amax'.*inside a CUDA-graph capture"):
+        with capture_graph(graph):
+            gate_up()
+    assert _common._counters == counters_only
+
+
 @pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb"])
 @pytest.mark.parametrize("tokens", [1, 8, 64, 1024])
 def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
