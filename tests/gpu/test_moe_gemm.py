@@ -374,21 +374,27 @@ def test_row_amax_tables_give_auto_bits(variant, tokens):
         assert not _row_amax_pool().any()
 
 
-def test_capture_without_counters_raises_before_launch(monkeypatch):
-    """A fused gate_up inside a CUDA-graph capture while its tile counters do not exist yet: a clear error instead of
-    counters whose zero fill only the graph's replay would run."""
-    _, _, i, _ = SHAPES["qwen3-30b-a3b"]
-    p = problem("qwen3-30b-a3b", 64, 21)
+def _loaded_gate_up(p, tile, i):
+    """A fused gate_up call on fixed buffers (validate=False, as inside a captured layer), run once so that its kernel
+    is built and loaded outside the capture that follows."""
     r = p.routing
-    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, "v1")
     up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
 
     def gate_up():
         ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, validate=False,
                         out=up_out, tile=tile)
 
-    gate_up()  # builds and loads the kernel outside the capture
+    gate_up()
     torch.cuda.synchronize()
+    return gate_up
+
+
+def test_capture_without_counters_raises_before_launch(monkeypatch):
+    """A fused gate_up inside a CUDA-graph capture while its tile counters do not exist yet: a clear error instead of
+    counters whose zero fill only the graph's replay would run."""
+    _, _, i, _ = SHAPES["qwen3-30b-a3b"]
+    p = problem("qwen3-30b-a3b", 64, 21)
+    gate_up = _loaded_gate_up(p, tile_for_rows(p.routing.num_rows, p.gate_up.num_experts, "v1"), i)
     monkeypatch.setattr(_common, "_counters", {})
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match="inside a CUDA-graph capture"):
@@ -403,17 +409,9 @@ def test_capture_of_row_amax_tile_without_its_pool_raises_before_launch(monkeypa
     allocated inside the capture."""
     _, h, i, _ = SHAPES["qwen3-30b-a3b"]
     p = problem("qwen3-30b-a3b", 1, 23)
-    r = p.routing
-    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, "auto", k=h, kind="gate_up_swiglu", n=2 * i)
+    tile = tile_for_rows(p.routing.num_rows, p.gate_up.num_experts, "auto", k=h, kind="gate_up_swiglu", n=2 * i)
     assert tile.row_amax
-    up_out = ops.empty_gate_up_output(r.num_rows, i, "cuda")
-
-    def gate_up():
-        ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, validate=False,
-                        out=up_out, tile=tile)
-
-    gate_up()  # builds and loads the kernel outside the capture
-    torch.cuda.synchronize()
+    gate_up = _loaded_gate_up(p, tile, i)
     device = torch.cuda.current_device()
     counters_only = {(device, "gate_up"): _common._counters[(device, "gate_up")]}
     monkeypatch.setattr(_common, "_counters", dict(counters_only))
