@@ -62,3 +62,29 @@ echo measured > "$DIR/result.txt"
     with tarfile.open(tmp_path / "out" / "probe.tar") as tar:
         assert {"probe/result.txt", "probe/machine.log"} <= set(tar.getnames())
     assert not (tmp_path / "out" / "probe").exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
+@pytest.mark.parametrize("card", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", None])
+def test_gpu_env_require_gpu(tmp_path, card):
+    """REQUIRE_GPU=H200: a script on another card (or none) exits 3 before writing anything; on an H200 it runs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"  # a stand-in that names the card, or fails as it does without a driver
+    fake.write_text("#!/usr/bin/env bash\n" + (f"echo '{card}'\n" if card else "echo 'no driver' >&2\nexit 9\n"))
+    fake.chmod(0o755)
+    script = tmp_path / "probe.sh"
+    script.write_text(f"""set -uo pipefail
+source {DEVICE / "gpu_env.sh"} --call probe 123
+echo ran
+""")
+    env = {k: v for k, v in os.environ.items() if k not in ("BUDGET", "TRACE_KERNELS_CACHE_DIR")}
+    env.update(OUT=str(tmp_path / "out"), REQUIRE_GPU="H200", PATH=f"{bin_dir}:/usr/bin:/bin")
+    run = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    if card == "NVIDIA H200":
+        assert run.returncode == 0 and "ran" in run.stdout, run.stderr
+        assert (tmp_path / "out" / "probe.tar").exists()
+    else:
+        assert run.returncode == 3 and "ran" not in run.stdout
+        assert f"this machine's GPU is '{card or 'none found'}'; nothing run" in run.stdout
+        assert not (tmp_path / "out").exists()

@@ -7,6 +7,16 @@
 #        OUT (default runs/NAME), BUDGET (the caller's, else this default, else 560), DIR=$OUT/NAME created,
 #        TRACE_KERNELS_CACHE_DIR (the caller's, else $PWD/CACHE, default .tkcache_moe), pip's output in DIR/setup.log,
 #        DIR packed into $OUT/NAME.tar when the script ends (tar_on_exit) and the machine in DIR/machine.log
+# REQUIRE_GPU=TEXT (either form): exit 3 at once, before anything is installed or written, unless the first GPU's name
+#   contains TEXT. For a call whose numbers only one card can give (REQUIRE_GPU=H200): the device tool may lend another
+#   (docs/profiling.md), and a call that stops here costs seconds, not the script's budget.
+if [ -n "${REQUIRE_GPU:-}" ]; then
+  gpu_env_card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case "$gpu_env_card" in
+    *"$REQUIRE_GPU"*) ;;
+    *) echo "REQUIRE_GPU=$REQUIRE_GPU: this machine's GPU is '${gpu_env_card:-none found}'; nothing run"; exit 3 ;;
+  esac
+fi
 if [ "${1:-}" = --call ]; then
   gpu_env_call=${2:?usage: source profiling/device/gpu_env.sh --call NAME [BUDGET] [CACHE]}
   OUT=${OUT:-runs/$gpu_env_call}

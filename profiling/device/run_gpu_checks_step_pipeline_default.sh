@@ -15,7 +15,8 @@
 #      call, on an H100, found the weights' arrival and the CTA barrier.)
 # (memcheck and racecheck on the tiny layer over every tiling, the step_pipeline extra tiles among them, ran clean in
 # run_gpu_checks_step_pipeline_ab.sh's call: profiling/results/step_pipeline_ab_h100_checks.log)
-# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=560] bash profiling/device/run_gpu_checks_step_pipeline_default.sh
+# Usage (repo root; carry .whl, .tkcache_moe; REQUIRE_GPU=H200: exit at once on another card, gpu_env.sh):
+#   REQUIRE_GPU=H200 OUT=$OUT [BUDGET=560] bash profiling/device/run_gpu_checks_step_pipeline_default.sh
 #   (LAYER_MIN_LEFT=S: start a layer round while more than S s are left, default 330; a smaller BUDGET's one round)
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests engine
 #   -> $OUT/step_pipeline_default.tar
