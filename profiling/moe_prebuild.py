@@ -4,7 +4,7 @@ Builds every table's kernels (specs_for_shape over TILE_TABLES, or --tables T1,T
 quantize_after tiles launch, and the off-table tilings (EXTRA_TILES) that tests/gpu/test_moe_gemm.py exercises
 and the benchmark's --extra-tokens times (not with --no-extras), so none compiles one by one. Lists the kernels
 ptxas serialized (its C751x wgmma notes). With the extras and `tiny` (the tests' preset) it also builds the auto
-table of moe_testing.ODD_CHUNKS_SHAPE, which a GPU test launches.
+table of moe_testing.ODD_CHUNKS_SHAPE (and its top-1 combine), which a GPU test launches.
 With --tiles (sweep_moe_gemm_tiles.py's format, ';'-separated) it also builds those tilings' fused gate_up (as
 launched) and down kernels, so a sweep on the GPU finds them in the cache.
 Usage: moe_prebuild.py [--jobs N] [--tables T1,T2] [--no-extras] [--tiles TILES] PRESET...
@@ -57,6 +57,8 @@ def kernel_specs(presets: list[str], tables: tuple[str, ...], extras: bool = Tru
         from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE as odd  # (imports torch)
         for spec in codegen.specs_for_shape(odd, ("auto",)) + quantize.specs_for_shape(odd):
             specs[spec.name] = spec
+        top1 = codegen.combine_spec(codegen.MoEDims(odd.experts, odd.hidden, odd.intermediate, 1))  # (its top-1 case)
+        specs[top1.name] = top1
     return specs
 
 

@@ -369,6 +369,31 @@ def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
     assert specs and not any("_ws1_" in s.name for s in specs)
 
 
+def test_auto_fallback_per_kind_takes_the_next_row_of_the_same_width():
+    """With the GEMM kind given, a row whose tile does not fit K gives way to the next row of the kind's table with the
+    same width that fits, as that table runs it (its epilogue choices included): below 1/8 routed row per expert at a K
+    the ws stages cannot take (gpt-oss-20b: K = 2880, 45 chunks) each kind runs auto's tile from 1/8 to 1 (6) rows. A
+    weights_direct tile whose resident activations do not fit K, whose next row is wider, takes v1's generic ring."""
+    e, h, i = 32, 2880, 2880
+    one_wg = codegen.V1_ONE_WARPGROUP_DECODE_TILE
+    for variant, quantize_after in (("auto", True), ("auto_qa", True), ("auto_qk", False)):
+        fused = codegen.tile_for_rows(4, e, variant, k=h, kind="gate_up_swiglu", n=2 * i)  # T=1, top-4
+        assert fused == dataclasses.replace(one_wg, quantize_after=quantize_after) and not fused.row_amax
+    assert codegen.tile_for_rows(4, e, "auto", k=h, kind="gate_up", n=2 * i) == one_wg
+    assert codegen.tile_for_rows(4, e, "auto", k=i, kind="down_routed", n=h) == codegen.DOWN_DIRECT_TILE
+    # the same tiles as auto's next row runs at 1 routed row per expert, so no kernel is added for the fallback
+    for kind, k, n in (("gate_up_swiglu", h, 2 * i), ("gate_up", h, 2 * i), ("down_routed", i, h)):
+        assert codegen.tile_for_rows(4, e, "auto", k=k, kind=kind, n=n) == codegen.tile_for_rows(
+            e, e, "auto", k=k, kind=kind, n=n)
+    # K = 32768: DOWN_DIRECT_TILE keeps 512 KB resident; the next row is TN=16, so v1's TN=8 ring as auto runs it
+    ring = codegen.tile_for_rows(8, 8, "auto", k=32768, kind="down_routed", n=2048)
+    assert ring == codegen.fit_chunks(codegen.stepped(codegen.TILE_TABLE[0][1]), 32768) and not ring.weights_direct
+    # where the ws tile fits, nothing changes
+    assert codegen.tile_for_rows(4, e, "auto", k=2048, kind="gate_up_swiglu", n=2 * i).variant == "ws"
+    names = {s.name for s in codegen.specs_for_shape(shapes.resolve(f"E={e},H={h},I={i},k=4,hq=64,hkv=8,hd=64"))}
+    assert not any("_ws1_" in name for name in names)
+
+
 def test_auto_down_gemm_prefill_tile():
     """auto: the down GEMM's prefill tile is v1's TN=128 ring gathering whole pieces, the gate_up's tile without
     quantize_after; auto_dws keeps the ws two-m-tile tile it had until 2026-12-05 (its other rows are auto's), and a
