@@ -8,15 +8,16 @@
 #      one-warpgroup TN=8 ring quantized afterwards; the down GEMM's next row, DOWN below), the one-warpgroup ring
 #      quantizing in-kernel with row_amax, and DOWN (the weights_direct decode tile, its gate_up quantized afterwards)
 #   2. the same at gpt-oss-120b's shape (E=128, T=1 and 2; its tuned table runs NEW there), while time is left
-#   3. the odd-chunk GPU test (its top-1 T=1 case runs the fallback) and memcheck on that case
-# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=300] bash profiling/device/run_gpu_checks_moe_fallback.sh
-#   .tkcache_moe: prebuild_device_caches.py --cache .tkcache_moe moe_tests engine, then
+#   3. the odd-chunk GPU test (its top-1 T=1 case runs the fallback), memcheck on that case, and the RL layer's GPU
+#      tests (the engine's test models have K = 64: their decode GEMMs run the fallback)
+# Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=380] bash profiling/device/run_gpu_checks_moe_fallback.sh
+#   .tkcache_moe: prebuild_device_caches.py --cache .tkcache_moe moe_tests engine (the engine's new fallback tiles), then
 #   TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_moe python profiling/moe_prebuild.py --tables auto --no-extras \
 #     --tiles "$OLD;$OLD_RA;$NEW;$ONE_WG_RA;$DOWN" (below) E=32,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64 \
 #     E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64
 #   -> $OUT/moe_fallback.tar
 set -uo pipefail
-source profiling/device/gpu_env.sh --call moe_fallback 300
+source profiling/device/gpu_env.sh --call moe_fallback 380
 OLD="tile_tokens=8,stages=8,fused_min_blocks=4"
 OLD_RA="$OLD,row_amax=1"
 NEW="tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,quantize_after=1"
@@ -29,15 +30,18 @@ for shape in E=32,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64 E=128,H=2880,I=2880,k=4,hq
   label=$([ "${shape:0:4}" = E=32 ] && echo 20b || echo 120b)
   for round in 1 2; do
     tiles="$OLD;$OLD_RA;$NEW;$ONE_WG_RA;$DOWN"; [ "$round" = 2 ] && tiles="$DOWN;$ONE_WG_RA;$NEW;$OLD_RA;$OLD"
-    limit=$(( $(left) - 100 )); [ "$limit" -gt 60 ] && limit=60
+    reserve=$([ "$label" = 20b ] && echo 100 || echo 230)  # (120b's rounds give way to the checks below)
+    limit=$(( $(left) - reserve )); [ "$limit" -gt 60 ] && limit=60
     [ "$limit" -gt 15 ] || { echo "skip $label round $round: $(left)s left"; continue; }
     moe_sweep "$DIR/sweep_${label}_round$round.json" "$DIR/sweep_${label}_round$round.log" "$limit" --shape "$shape" \
       --tokens 1,2 --tiles "$tiles" --check-bitwise
   done
 done
-limit=$(( $(left) - 50 )); [ "$limit" -gt 90 ] && limit=90
+limit=$(( $(left) - 160 )); [ "$limit" -gt 90 ] && limit=90
 [ "$limit" -gt 20 ] && gpu_tests "$limit" "$DIR/odd_chunk_tests.log" tests/gpu/test_moe_gemm.py -k odd_chunk
-limit=$(( $(left) - 5 )); [ "$limit" -gt 60 ] && limit=60
+limit=$(( $(left) - 100 )); [ "$limit" -gt 60 ] && limit=60
 [ "$limit" -gt 20 ] && sanitize memcheck "$limit" "$DIR/memcheck_odd_top1.log" python3 -m pytest -q -p no:cacheprovider \
   tests/gpu/test_moe_gemm.py -k "odd_chunk and 1-1"
+limit=$(( $(left) - 5 )); [ "$limit" -gt 100 ] && limit=100
+[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
 echo "== done ($(left)s left)"
