@@ -369,29 +369,25 @@ def test_auto_falls_back_to_v1_where_ws_does_not_fit_k():
     assert specs and not any("_ws1_" in s.name for s in specs)
 
 
-def test_auto_fallback_per_kind_takes_the_next_row_of_the_same_width():
-    """With the GEMM kind given, a row whose tile does not fit K gives way to the next row of the kind's table with the
-    same width that fits, as that table runs it (its epilogue choices included): below 1/8 routed row per expert at a K
-    the ws stages cannot take (gpt-oss-20b: K = 2880, 45 chunks) each kind runs auto's tile from 1/8 to 1 (6) rows. A
-    weights_direct tile whose resident activations do not fit K, whose next row is wider, takes v1's generic ring."""
+def test_auto_fallback_keeps_the_fused_epilogue_choices():
+    """Below 1/8 routed row per expert at a K the ws stages cannot take (gpt-oss-20b: K = 2880, 45 chunks) every kind
+    runs v1's generic TN=8 ring as stages of one chunk, and the fused gate_up keeps the ws tile's epilogue choices:
+    auto's and auto_qk's row_amax (the fastest fallback measured, forty-sixth session), auto_ra0 without it, auto_qa
+    quantized afterwards."""
     e, h, i = 32, 2880, 2880
-    one_wg = codegen.V1_ONE_WARPGROUP_DECODE_TILE
-    for variant, quantize_after in (("auto", True), ("auto_qa", True), ("auto_qk", False)):
+    ring = codegen.fit_chunks(codegen.TILE_TABLE[0][1], h)
+    assert ring.chunks_per_stage == 1 and ring.tile_tokens == 8
+    for variant, knobs in (("auto", {"row_amax": True}), ("auto_ra0", {}), ("auto_qk", {"row_amax": True}),
+                           ("auto_qa", {"quantize_after": True})):
         fused = codegen.tile_for_rows(4, e, variant, k=h, kind="gate_up_swiglu", n=2 * i)  # T=1, top-4
-        assert fused == dataclasses.replace(one_wg, quantize_after=quantize_after) and not fused.row_amax
-    assert codegen.tile_for_rows(4, e, "auto", k=h, kind="gate_up", n=2 * i) == one_wg
-    assert codegen.tile_for_rows(4, e, "auto", k=i, kind="down_routed", n=h) == codegen.DOWN_DIRECT_TILE
-    # the same tiles as auto's next row runs at 1 routed row per expert, so no kernel is added for the fallback
-    for kind, k, n in (("gate_up_swiglu", h, 2 * i), ("gate_up", h, 2 * i), ("down_routed", i, h)):
-        assert codegen.tile_for_rows(4, e, "auto", k=k, kind=kind, n=n) == codegen.tile_for_rows(
-            e, e, "auto", k=k, kind=kind, n=n)
-    # K = 32768: DOWN_DIRECT_TILE keeps 512 KB resident; the next row is TN=16, so v1's TN=8 ring as auto runs it
-    ring = codegen.tile_for_rows(8, 8, "auto", k=32768, kind="down_routed", n=2048)
-    assert ring == codegen.fit_chunks(codegen.stepped(codegen.TILE_TABLE[0][1]), 32768) and not ring.weights_direct
+        assert fused == dataclasses.replace(ring, **knobs), variant
+    assert codegen.tile_for_rows(4, e, "auto", k=h, kind="gate_up", n=2 * i) == ring
+    assert codegen.tile_for_rows(4, e, "auto", k=i, kind="down_routed", n=h) == ring
     # where the ws tile fits, nothing changes
     assert codegen.tile_for_rows(4, e, "auto", k=2048, kind="gate_up_swiglu", n=2 * i).variant == "ws"
-    names = {s.name for s in codegen.specs_for_shape(shapes.resolve(f"E={e},H={h},I={i},k=4,hq=64,hkv=8,hd=64"))}
-    assert not any("_ws1_" in name for name in names)
+    specs = codegen.specs_for_shape(shapes.resolve(f"E={e},H={h},I={i},k=4,hq=64,hkv=8,hd=64"))
+    fused_names = [s.name for s in specs if s.name.startswith("moe_gemm_gate_up_swiglu_nvfp4")]
+    assert not any("_ws1_" in s.name for s in specs) and any(name.endswith("_ra1_sm90a") for name in fused_names)
 
 
 def test_auto_down_gemm_prefill_tile():

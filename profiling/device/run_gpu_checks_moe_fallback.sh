@@ -8,8 +8,10 @@
 #      one-warpgroup TN=8 ring quantized afterwards; the down GEMM's next row, DOWN below), the one-warpgroup ring
 #      quantizing in-kernel with row_amax, and DOWN (the weights_direct decode tile, its gate_up quantized afterwards)
 #   2. the same at gpt-oss-120b's shape (E=128, T=1 and 2; its tuned table runs NEW there), while time is left
-#   3. the odd-chunk GPU test (its top-1 T=1 case runs the fallback), memcheck on that case, and the RL layer's GPU
+#   3. the odd-chunk GPU test (its top-1 T=1 case runs the fallback), memcheck and racecheck on that case, and the RL layer's GPU
 #      tests (the engine's test models have K = 64: their decode GEMMs run the fallback)
+# First call (an H100, profiling/results/moe_fallback_h100_*): OLD_RA was the fastest fused gate_up of the fallbacks
+# and OLD the fastest down GEMM at T=1, so auto's fallback is OLD with the ws tile's row_amax (auto_fallback).
 # Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=380] bash profiling/device/run_gpu_checks_moe_fallback.sh
 #   .tkcache_moe: prebuild_device_caches.py --cache .tkcache_moe moe_tests engine (the engine's new fallback tiles), then
 #   TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_moe python profiling/moe_prebuild.py --tables auto --no-extras \
@@ -23,7 +25,6 @@ OLD_RA="$OLD,row_amax=1"
 NEW="tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,quantize_after=1"
 ONE_WG_RA="tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,row_amax=1"
 DOWN="tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=3,quantize_after=1"
-log_machine "$DIR/machine.log"
 head -1 "$DIR/machine.log"; tail -1 "$DIR/machine.log"
 
 for shape in E=32,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64 E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64; do
@@ -39,9 +40,11 @@ for shape in E=32,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64 E=128,H=2880,I=2880,k=4,hq
 done
 limit=$(( $(left) - 160 )); [ "$limit" -gt 90 ] && limit=90
 [ "$limit" -gt 20 ] && gpu_tests "$limit" "$DIR/odd_chunk_tests.log" tests/gpu/test_moe_gemm.py -k odd_chunk
-limit=$(( $(left) - 100 )); [ "$limit" -gt 60 ] && limit=60
-[ "$limit" -gt 20 ] && sanitize memcheck "$limit" "$DIR/memcheck_odd_top1.log" python3 -m pytest -q -p no:cacheprovider \
-  tests/gpu/test_moe_gemm.py -k "odd_chunk and 1-1"
+for tool in memcheck racecheck; do
+  limit=$(( $(left) - 100 )); [ "$limit" -gt 60 ] && limit=60
+  [ "$limit" -gt 20 ] && sanitize "$tool" "$limit" "$DIR/${tool}_odd_top1.log" python3 -m pytest -q -p no:cacheprovider \
+    tests/gpu/test_moe_gemm.py -k "odd_chunk and 1-1"
+done
 limit=$(( $(left) - 5 )); [ "$limit" -gt 100 ] && limit=100
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
 echo "== done ($(left)s left)"
