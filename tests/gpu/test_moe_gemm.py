@@ -10,7 +10,7 @@ import torch
 from trace_kernels import moe_gemm as ops
 from trace_kernels import moe_gemm_ref as ref
 from trace_kernels import nvfp4
-from trace_kernels.codegen.ops.moe_gemm import EXTRA_TILES, TILE_TABLE, WS_TILE_TABLE, tile_for_rows
+from trace_kernels.codegen.ops.moe_gemm import DEFAULT_VARIANT, EXTRA_TILES, TILE_TABLE, WS_TILE_TABLE, tile_for_rows
 from trace_kernels.moe_routing import route, token_tile_bound, token_tiles
 from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE, make_problem, make_weights, random_topk
 from trace_kernels.ops import _common
@@ -216,6 +216,7 @@ def test_batch_invariance(name):
                 assert torch.equal(g, b), f"{what} differs at batch {batch}, tile {tile}"
 
 
+@pytest.mark.skipif(DEFAULT_VARIANT != "auto", reason="tuned tables serve auto's calls only (TRACE_KERNELS_MOE_VARIANT)")
 @pytest.mark.parametrize("tokens", [2, 300])
 def test_tuned_tables_run_their_tiles_and_keep_the_bits(tokens, tmp_path):
     """A tuned tables file (trace_kernels.moe_tables) for the tiny shape: a call without tile= runs its tiles, and the

@@ -192,14 +192,11 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized by its own last CTA, v1 tiles too (A/B runs)
                "auto_qk": AUTO_TILE_TABLE,
                # "auto" without row_amax (its ws gate_up tile's rows reduced by a warp each, as until 2026-12-06)
-               "auto_ra0": AUTO_TILE_TABLE,
-               # "auto" with the down GEMM's weights_direct decode tile below 1/8 routed row per expert too, instead of
-               # the two-warpgroup ws tile (A/B runs; forty-sixth session)
-               "auto_dd": AUTO_TILE_TABLE}
+               "auto_ra0": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp0", "auto_qk", "auto_ra0", "auto_dd")
+               "auto_sp0", "auto_qk", "auto_ra0")
 # The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
 # group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
 # same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
@@ -208,7 +205,7 @@ AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns
 # T=2048 (+0.1% in the sixth), its fused gate_up 0.5-2.2% faster in all six, and 235B within that run's noise (its
 # control cell, T=1024, the same kernels in both arms, moved 4%). auto_sp0 is auto without it; auto_ns0, auto_gp0,
 # auto_ov and auto_cb (whose combining prefill down tile never ran with it) are without it too.
-STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra0", "auto_dd")
+STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra0")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -306,6 +303,11 @@ AUTO_KIND_TILE_TABLES: dict[str, tuple[tuple[float, TileConfig], ...]] = {
 # same change cost 0.4-1.2% at T=32-64, so longer K keeps the two-warpgroup tile.
 DOWN_ONE_WARPGROUP_MAX_K = 1024
 # Since 2026-12-03 both run DOWN_DIRECT_TILE (above) there, and the short K DOWN_DIRECT_TN16_TILE up to 12 rows.
+# Below 1/8 routed row per expert both keep the two-warpgroup ws tile: with DOWN_DIRECT_TILE there too (forty-sixth
+# session, an H100, four layer rounds with the arms' order alternating, profiling/results/moe_down_direct_h100_round*)
+# the layer took 2.5-4.3% more at 235B T=1 and 1.2-2.7% more at 30B T=1, 2.0-2.7% less at 235B T=2, the same at 30B
+# T=2. (Timed alone in a sweep, the direct down GEMM had been 7% faster at 235B T=1; in the layer its launch overlaps
+# the gate_up's end, a programmatic dependent launch, and the layer decides. Why the order flips was not profiled.)
 DOWN_SHORT_K_TABLE = ((0.125, WS_TILE_TABLE[0][1]), (6.0, DOWN_DIRECT_TILE), (12.0, DOWN_DIRECT_TN16_TILE),
                       *((limit, tile) for limit, tile in AUTO_KIND_TILE_TABLES["down_routed"] if limit > 12.0))
 # The table calls get when they pass no tile (TRACE_KERNELS_MOE_VARIANT overrides it, for A/B runs).
@@ -482,9 +484,6 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return _with_tn64_band(_unstepped_table("auto", kind, k))
     if variant == "auto_qk" and kind is not None:  # auto's tables, no fused gate_up quantized afterwards
         return tuple((limit, replace(tile, quantize_after=False)) for limit, tile in _unstepped_table("auto", kind, k))
-    if variant == "auto_dd" and kind is not None:  # auto's tables, the down GEMM's ws row given to the direct tile
-        table = _unstepped_table("auto", kind, k)
-        return tuple(row for row in table if row[1].variant != "ws" or row[0] > 0.125) if kind == "down_routed" else table
     if variant == "auto_ra0" and kind is not None:  # auto's tables without row_amax
         return tuple((limit, replace(tile, row_amax=False)) for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
