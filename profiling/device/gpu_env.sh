@@ -182,6 +182,21 @@ moe_sweep() {
   python3 profiling/sweep_moe_gemm_tiles.py --summarize "$log"
 }
 
+# moe_sweep_rounds DIR NAME RESERVE TILES SWEEP_ARGS...: moe_sweep twice (DIR/sweep_NAME_roundR.{json,log}, at most 60 s
+# each, while more than RESERVE s would be left after it), TILES (';'-separated) in reverse order in the second round.
+moe_sweep_rounds() {
+  local dir=$1 name=$2 reserve=$3 tiles=$4 round limit; shift 4
+  for round in 1 2; do
+    limit=$(( $(left) - reserve )); [ "$limit" -gt 60 ] && limit=60
+    if [ "$limit" -gt 15 ]; then
+      moe_sweep "$dir/sweep_${name}_round$round.json" "$dir/sweep_${name}_round$round.log" "$limit" --tiles "$tiles" "$@"
+    else
+      echo "skip $name round $round: $(left)s left"
+    fi
+    tiles=$(tr ';' '\n' <<< "$tiles" | tac | paste -sd';')
+  done
+}
+
 # moe_build_ab DIR TABLES: the MoE GPU tests' kernels (tiny and Qwen3-30B-A3B, 120 s) and Qwen3-235B-A22B's TABLES (a layer
 # A/B's arms, e.g. auto,auto_dws; 90 s); logs DIR/build_tests.log, DIR/build_235b.log.
 moe_build_ab() {

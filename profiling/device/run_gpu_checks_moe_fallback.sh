@@ -29,14 +29,9 @@ head -1 "$DIR/machine.log"; tail -1 "$DIR/machine.log"
 
 for shape in E=32,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64 E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64; do
   label=$([ "${shape:0:4}" = E=32 ] && echo 20b || echo 120b)
-  for round in 1 2; do
-    tiles="$OLD;$OLD_RA;$NEW;$ONE_WG_RA;$DOWN"; [ "$round" = 2 ] && tiles="$DOWN;$ONE_WG_RA;$NEW;$OLD_RA;$OLD"
-    reserve=$([ "$label" = 20b ] && echo 100 || echo 230)  # (120b's rounds give way to the checks below)
-    limit=$(( $(left) - reserve )); [ "$limit" -gt 60 ] && limit=60
-    [ "$limit" -gt 15 ] || { echo "skip $label round $round: $(left)s left"; continue; }
-    moe_sweep "$DIR/sweep_${label}_round$round.json" "$DIR/sweep_${label}_round$round.log" "$limit" --shape "$shape" \
-      --tokens 1,2 --tiles "$tiles" --check-bitwise
-  done
+  reserve=$([ "$label" = 20b ] && echo 100 || echo 230)  # (120b's rounds give way to the checks below)
+  moe_sweep_rounds "$DIR" "$label" "$reserve" "$OLD;$OLD_RA;$NEW;$ONE_WG_RA;$DOWN" --shape "$shape" --tokens 1,2 \
+    --check-bitwise
 done
 limit=$(( $(left) - 160 )); [ "$limit" -gt 90 ] && limit=90
 [ "$limit" -gt 20 ] && gpu_tests "$limit" "$DIR/odd_chunk_tests.log" tests/gpu/test_moe_gemm.py -k odd_chunk

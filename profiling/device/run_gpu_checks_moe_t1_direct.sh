@@ -22,13 +22,7 @@ RRA="tile_tokens=8,stages=8,fused_min_blocks=4,row_amax=1"
 head -2 "$DIR/machine.log" | tail -1
 
 for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-  for round in 1 2; do
-    tiles="$WS_RA;$WS2;$DQA;$DRA;$RRA"; [ "$round" = 2 ] && tiles="$RRA;$DRA;$DQA;$WS2;$WS_RA"
-    limit=$(( $(left) - 60 )); [ "$limit" -gt 60 ] && limit=60
-    [ "$limit" -gt 15 ] || { echo "skip $shape round $round: $(left)s left"; continue; }
-    moe_sweep "$DIR/sweep_${shape}_round$round.json" "$DIR/sweep_${shape}_round$round.log" "$limit" --shape "$shape" \
-      --tokens 1,2 --tiles "$tiles" --check-bitwise
-  done
+  moe_sweep_rounds "$DIR" "$shape" 60 "$WS_RA;$WS2;$DQA;$DRA;$RRA" --shape "$shape" --tokens 1,2 --check-bitwise
 done
 for tool in memcheck racecheck; do
   limit=$(( $(left) - 5 )); [ "$limit" -gt 40 ] && limit=40
