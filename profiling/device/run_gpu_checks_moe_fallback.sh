@@ -9,7 +9,8 @@
 #      quantizing in-kernel with row_amax, and DOWN (the weights_direct decode tile, its gate_up quantized afterwards)
 #   2. the same at gpt-oss-120b's shape (E=128, T=1 and 2; its tuned table runs NEW there), while time is left
 #   3. the odd-chunk GPU test (its top-1 T=1 case runs the fallback), memcheck and racecheck on that case, and the RL layer's GPU
-#      tests (the engine's test models have K = 64: their decode GEMMs run the fallback)
+#      tests (a check of the whole tree: the engine's test models never reach the fallback, the K = 64 one having at
+#      least 1/4 routed row per expert and the other a K the ws tiles take)
 # First call (an H100, profiling/results/moe_fallback_h100_*): OLD_RA was the fastest fused gate_up of the fallbacks
 # and OLD the fastest down GEMM at T=1, so auto's fallback is OLD with the ws tile's row_amax (auto_fallback).
 # Usage (repo root; carry .whl, .tkcache_moe): OUT=$OUT [BUDGET=380] bash profiling/device/run_gpu_checks_moe_fallback.sh
