@@ -26,7 +26,7 @@ OLD_RA="$OLD,row_amax=1"
 NEW="tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,quantize_after=1"
 ONE_WG_RA="tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,row_amax=1"
 DOWN="tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=3,quantize_after=1"
-head -1 "$DIR/machine.log"; tail -1 "$DIR/machine.log"
+head -2 "$DIR/machine.log" | tail -1  # (the card)
 
 for shape in E=32,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64 E=128,H=2880,I=2880,k=4,hq=64,hkv=8,hd=64; do
   label=$([ "${shape:0:4}" = E=32 ] && echo 20b || echo 120b)
