@@ -1,0 +1,76 @@
+// The down GEMM's per-slot rows (router weight applied), written by its epilogue and summed in slot order by the
+// combine: FP16 values scaled by a power of two per (row, 16 columns), plus that exponent as int8.
+//   values    fp16 [M, H]       row / 2^s, rounded to nearest
+//   exponents int8 [M, H / 16]  s of each 16-column block
+// Half the bytes of FP32 rows for the combine to read (and the GEMM to write); FP16's 11 significant bits keep the
+// combined output within issue 4's error budget where BF16 rows (8 bits) do not (docs/moe_gemm.md, "Per-slot rows").
+// The exponent keeps every finite FP32 value in FP16's range. The same encoding as moe_gemm_ref.encode_slot_rows,
+// bit for bit: a row's bits depend on that row alone, so batch invariance holds.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+
+namespace trace_kernels::moe::slot_rows {
+
+constexpr int kBlock = 16;  // columns per exponent: one warp's 16 weight rows of the wgmma accumulator
+
+// s with amax * 2^-s in [2^14, 2^15) (FP16 holds it, rounding included), clamped so that 2^s and 2^-s are normal FP32
+// numbers. amax_bits: the float bits of the block's largest |value| (integer order = float order for non-negative
+// floats, and a NaN's bits exceed every finite one's, as in the reference's amax).
+__device__ __forceinline__ int exponent_for(uint32_t amax_bits) {
+  const int biased = static_cast<int>((amax_bits >> 23) & 0xffu);
+  return min(max(biased - 127 - 14, -126), 113);
+}
+
+__device__ __forceinline__ float pow2(int e) { return __uint_as_float(static_cast<uint32_t>(127 + e) << 23); }
+
+// Columns col .. col + 3 (col % 4 == 0) of row `row` as FP32 (exact: an FP16 value times a normal power of two).
+// __ldcg (both loads): another CTA may have written them (the fused combine) after this SM's L1 saw the line.
+template <int H>
+__device__ __forceinline__ float4 load4(const __half* values, const int8_t* exponents, int64_t row, int col) {
+  const uint2 bits = __ldcg(reinterpret_cast<const uint2*>(values + row * H + col));
+  const float scale = pow2(__ldcg(exponents + row * (H / kBlock) + col / kBlock));
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&bits.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&bits.y));
+  return {lo.x * scale, lo.y * scale, hi.x * scale, hi.y * scale};
+}
+
+// The RouterWeight epilogue's stores for one warp of the wgmma accumulator: accum(v0 + 2*v1 + 4*v2) is weight row
+// warp_row0 + g + 8*v1 (g = lane / 4) and token 2*q + v0 + 8*v2 (q = lane % 4) of the token tile at row0; the row is
+// accum * token_scale[n] * token_weight[n]. Every lane must call it: the block amax and the FP16 pairs are exchanged
+// by shuffles among the 8 lanes of one token (lane bits 2-4), and each lane stores one FP16 pair per token.
+template <int TN, int N, class Accum>
+__device__ __forceinline__ void store_warp_rows(Accum accum, const float* token_scale, const float* token_weight,
+                                                __half* values, int8_t* exponents, int warp_row0, int64_t row0,
+                                                int rows_valid, int lane) {
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+    for (int v0 = 0; v0 < 2; ++v0) {
+      const int n = 2 * q + v0 + 8 * v2;
+      const float y0 = accum(v0 + 4 * v2) * token_scale[n] * token_weight[n];      // row warp_row0 + g
+      const float y1 = accum(v0 + 2 + 4 * v2) * token_scale[n] * token_weight[n];  // row warp_row0 + g + 8
+      uint32_t amax = max(__float_as_uint(fabsf(y0)), __float_as_uint(fabsf(y1)));
+#pragma unroll
+      for (int d = 4; d < 32; d <<= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+      const int s = exponent_for(amax);
+      const float down = pow2(-s);
+      const float h0 = y0 * down, h1 = y1 * down;
+      // even g stores rows g, g + 1 (its h0, the odd neighbour's h0); odd g rows g + 7, g + 8 (the even one's h1, its h1)
+      const float take = __shfl_xor_sync(0xffffffffu, (g & 1) ? h0 : h1, 4);
+      if (n >= rows_valid) continue;
+      __half* row = values + (row0 + n) * N + warp_row0;
+      if (g & 1) {
+        *reinterpret_cast<__half2*>(row + g + 7) = __floats2half2_rn(take, h1);
+      } else {
+        *reinterpret_cast<__half2*>(row + g) = __floats2half2_rn(h0, take);
+      }
+      if (g == 0) exponents[(row0 + n) * (N / kBlock) + warp_row0 / kBlock] = static_cast<int8_t>(s);
+    }
+  }
+}
+
+}  // namespace trace_kernels::moe::slot_rows
