@@ -55,7 +55,7 @@ def test_ctypes_structs_match_the_kernels_structs(tmp_path):
     lines += [f'#include "{h}"' for h in headers]
     for cls, cpp, _ in NAMED_FIELDS:
         lines += _checks(cls, cpp)
-    # MoEGemmParams: the host packs it as 23 uint64 (moe_gemm._Params), so member i must sit at 8 i
+    # MoEGemmParams: the host packs it as 24 uint64 (moe_gemm._Params), so member i must sit at 8 i
     members = _member_names(MOE_GEMM_HEADER, "MoEGemmParams")
     cpp = "trace_kernels::moe::MoEGemmParams"
     lines.append(f"static_assert(sizeof({cpp}) == {ctypes.sizeof(moe_gemm._Params)}, \"sizeof {cpp}\");")
@@ -71,3 +71,46 @@ def test_a_layout_mismatch_would_fail_to_compile():
         _fields_ = attention._DecodeParams._fields_[:-1]
     assert ctypes.sizeof(Short) != ctypes.sizeof(attention._DecodeParams)
     assert _checks(Short, "X")[0] != _checks(attention._DecodeParams, "X")[0]
+
+
+def test_the_down_launch_packs_each_buffer_at_its_member(monkeypatch):
+    """moe_gemm._launch_gemm's values, in MoEGemmParams' member order: each buffer of a down launch at its own
+    member (a host-side name clash once handed the kernel a null per-slot rows pointer). No GPU: the kernel is a
+    fake that keeps what it was given."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from trace_kernels.codegen.ops.moe_gemm import TILE_TABLE
+    from trace_kernels.moe_layout import empty_weights
+    from trace_kernels.moe_slot_rows import empty_slot_rows
+
+    launched = {}
+
+    class FakeKernel:
+        def allow_dynamic_smem(self, device_index, smem):
+            pass
+
+        def launch(self, device_index, grid, block, args, smem, pdl):
+            launched["values"] = args[0][1]
+
+    spec = SimpleNamespace(name="fake", launch={"block_rows": 64, "persistent": False, "row_amax": False,
+                                                "combine_top_k": 0, "threads": 128, "smem_bytes": 0})
+    monkeypatch.setattr(moe_gemm, "_plan", lambda *args: (spec, FakeKernel()))
+    m, hidden, inter, experts = 6, 128, 64, 4
+    weights = empty_weights(experts, hidden, inter, "cpu")
+    a = SimpleNamespace(device=SimpleNamespace(index=0), data_ptr=lambda: 0x1000)  # (a CUDA tensor's two uses)
+    offsets = torch.tensor([0, 2, 2, 5, 6], dtype=torch.int32)
+    row_scale, row_weight = torch.ones(m), torch.rand(m)
+    rows = empty_slot_rows(m, hidden, "cpu")
+    moe_gemm._launch_gemm("down_routed", a, weights, offsets, None, row_scale, m=m, tile=TILE_TABLE[0][1],
+                          slot_out=rows, row_weight=row_weight)
+    values = launched["values"]
+    members = _member_names(MOE_GEMM_HEADER, "MoEGemmParams")
+    assert len(values) == len(members)
+    expect = {"a": 0x1000, "row_index": 0, "row_scale": row_scale.data_ptr(), "w_codes": weights.codes.data_ptr(),
+              "w_scales": weights.block_scales.data_ptr(), "w_scale": weights.scale.data_ptr(),
+              "offsets": offsets.data_ptr(), "num_rows": m, "out": 0, "slot_values": rows.values.data_ptr(),
+              "slot_exponents": rows.exponents.data_ptr(), "row_weight": row_weight.data_ptr()}
+    assert {name: values[members.index(name)] for name in expect} == expect
+    assert all(values[i] == 0 for i, name in enumerate(members) if name not in expect)  # no fused-epilogue buffer

@@ -162,7 +162,7 @@ def _persistent_ctas(kernel, device_index: int, threads: int, smem: int) -> int:
 
 
 def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scale, *, m: int,
-                 tile: codegen.TileConfig | None, out=None, slot_rows: SlotRows | None = None, row_weight=None,
+                 tile: codegen.TileConfig | None, out=None, slot_out: SlotRows | None = None, row_weight=None,
                  quant: tuple | None = None, pdl: bool = False, combine: tuple | None = None) -> None:
     """combine: (row_token, slot_rows, out) of a down GEMM whose spec has the combine in its epilogue."""
     e = weights.num_experts
@@ -197,7 +197,7 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     combine_counters = None
     if combine is not None:  # one counter per (token, weight tile)
         combine_counters = _counters(a.device, slot_rows.shape[0] * x_tiles, "combine", spec.name)
-    slot_values, slot_exponents = slot_rows or (None, None)
+    slot_values, slot_exponents = slot_out or (None, None)
     values = (_addr(a), _addr(row_index), _addr(row_scale), _addr(weights.codes), _addr(weights.block_scales),
               _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(slot_values), _addr(slot_exponents),
               _addr(row_weight),
@@ -345,10 +345,10 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
             tokens = torch.arange(t, device=a.device, dtype=torch.int32)[:, None]  # [T, 1]
             if not bool((routing.row_index[routing.slot_rows.long()] == tokens).all()):
                 raise ValueError("routing.slot_rows and routing.row_index are not inverse maps (use route())")
-        _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, slot_rows=ys,
+        _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, slot_out=ys,
                      row_weight=routing.row_weight, pdl=pdl, combine=(routing.row_index, routing.slot_rows, out))
         return out
-    _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, slot_rows=ys,
+    _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, slot_out=ys,
                  row_weight=routing.row_weight, pdl=pdl)
     _launch_combine(ys, routing.slot_rows, out, pdl=FOLLOW_UP_PDL)
     return out
