@@ -14,6 +14,8 @@
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests engine, then the base tree's
 #     auto kernels of both presets copied in (moe_prebuild.kernel_specs(..., ("auto",), extras=False) built with
 #     PYTHONPATH=.ab_base/python; 41 entries, 4.2 MiB)
+#   (CHECKS=0: steps 1 and 2 only, twice over (four rounds), e.g. with TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_quick holding
+#    just both trees' auto kernels: a layer A/B of an epilogue change before the tests' 400 kernels are rebuilt)
 #   -> $OUT/moe_slot_rows.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_slot_rows 560
@@ -21,6 +23,11 @@ BASE=${BASE:-.ab_base}
 
 moe_prebuild_trees "$DIR" auto "qwen3-30b-a3b qwen3-235b-a22b" "$BASE"
 moe_tree_ab "$DIR" moe_slot_rows 1,64,256,1024,4096,16384 100 "$BASE" 330
+if [ "${CHECKS:-1}" = 0 ]; then
+  moe_tree_ab "$DIR" moe_slot_rows_more 1,64,256,1024,4096,16384 100 "$BASE" 60
+  echo "== done ($(left)s left)"
+  exit 0
+fi
 limit=$(( $(left) - 150 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 limit=$(( $(left) - 100 )); [ "$limit" -gt 90 ] && limit=90
