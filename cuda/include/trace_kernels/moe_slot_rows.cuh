@@ -71,15 +71,16 @@ __device__ __forceinline__ void store_warp_rows(Accum accum, const float* token_
     pair[i] = *reinterpret_cast<const uint32_t*>(&h);
     exponent[i / 4] |= (static_cast<uint32_t>(s) & 0xffu) << (8 * (i % 4));
   }
+  // token n = 2q + (i % 2 + 8 (i / 2)): one base address per lane, and each token's offset a constant
+  const int64_t row_q = row0 + 2 * q;
+  uint32_t* pair_out = reinterpret_cast<uint32_t*>(values + row_q * N + warp_row0 + ((g & 1) ? g + 7 : g));
+  int8_t* exponent_out = exponents + row_q * (N / kBlock) + warp_row0 / kBlock;
 #pragma unroll
   for (int i = 0; i < kTokens; ++i) {
-    const int n = 2 * q + i % 2 + 8 * (i / 2);
-    if (n >= rows_valid) continue;
-    __half* row = values + (row0 + n) * N + warp_row0;
-    *reinterpret_cast<uint32_t*>(row + ((g & 1) ? g + 7 : g)) = pair[i];
-    if (g == 0) {
-      exponents[(row0 + n) * (N / kBlock) + warp_row0 / kBlock] = static_cast<int8_t>(exponent[i / 4] >> (8 * (i % 4)));
-    }
+    const int dn = i % 2 + 8 * (i / 2);
+    if (2 * q + dn >= rows_valid) continue;
+    pair_out[dn * (N / 2)] = pair[i];
+    if (g == 0) exponent_out[dn * (N / kBlock)] = static_cast<int8_t>(exponent[i / 4] >> (8 * (i % 4)));
   }
 }
 
