@@ -21,9 +21,9 @@
 // Epilogues: Plain (bf16 [M, N]), SwigluQuant (gate/up rows interleaved by 8: a thread holds the
 // gate and up of the same intermediate index; bf16 SwiGLU h, then the last CTA of a token tile
 // quantizes whole rows of h to NVFP4 + guidance), Swiglu (SwigluQuant's h only: the caller quantizes
-// h with the quantize kernel afterwards; no tile counter, fence or last-CTA work), RouterWeight ([M, N] times the
-// router weight, stored as scaled fp16 per-slot rows (moe_slot_rows.cuh); moe_combine_kernel sums the top-k slots in
-// slot order, or with COMBINE_TOPK the last of a token's CTAs in this kernel's epilogue).
+// h with the quantize kernel afterwards; no tile counter, fence or last-CTA work), RouterWeight (fp32
+// [M, N] times the router weight; moe_combine_kernel sums the top-k slots in slot order, or with COMBINE_TOPK the
+// last of a token's CTAs in this kernel's epilogue).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,6 @@
 
 #include "trace_kernels/moe_dequant.cuh"
 #include "trace_kernels/moe_nvfp4_row.cuh"
-#include "trace_kernels/moe_slot_rows.cuh"
 #include "trace_kernels/pdl.cuh"
 #include "trace_kernels/tile_arrival.cuh"
 
@@ -60,8 +59,7 @@ struct MoEGemmParams {
   const int32_t* offsets;      // [E+1] sorted rows of expert e: offsets[e]..offsets[e+1]
   int64_t num_rows;            // M
   __nv_bfloat16* out;          // Plain: [M, N] bf16; SwigluQuant, Swiglu: h [M, N/2] bf16
-  __half* slot_values;         // RouterWeight: [M, N] fp16 per-slot rows (moe_slot_rows.cuh)
-  int8_t* slot_exponents;      // RouterWeight: [M, N/16] their power-of-two exponents
+  float* out_f32;              // RouterWeight: [M, N] fp32
   const float* row_weight;     // RouterWeight: [M] router weight of each sorted row
   uint8_t* q_codes;            // SwigluQuant: [M, N/4] packed codes of h
   uint8_t* q_block_scales;     // SwigluQuant: [M, N/32] e4m3
@@ -273,7 +271,7 @@ __device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expe
   }
 }
 
-// The combine in the down GEMM's epilogue (v1, COMBINE_TOPK): after this CTA's per-slot rows are stored, each
+// The combine in the down GEMM's epilogue (v1, COMBINE_TOPK): after this CTA's rows of out_f32 are stored, each
 // row counts one arrival of its token on this weight tile's columns; the CTA whose arrival completes a token's
 // TOPK sums that token's TOPK rows of these columns in slot order, exactly as moe_combine_device does (the same
 // bits whichever CTA it is), and leaves its counter zero. won: int32 [TN] of shared memory.
@@ -282,7 +280,7 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
                                                       int32_t* won) {
   constexpr int kTiles = N / BLOCK_ROWS;  // weight tiles (counters) per token
   constexpr int kQuads = BLOCK_ROWS / 4;  // float4 columns of one token's slice
-  __threadfence();  // this thread's per-slot rows, before the arrivals below
+  __threadfence();  // this thread's rows of out_f32, before the arrivals below
   __syncthreads();
   for (int n = tid; n < TN; n += THREADS) {
     int token = -1;
@@ -304,8 +302,11 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
     if (t < 0) continue;
     const int col = wt * BLOCK_ROWS + 4 * c;
     const int32_t* slots = p.slot_rows + static_cast<size_t>(t) * TOPK;
-    *reinterpret_cast<uint2*>(p.combine_out + static_cast<size_t>(t) * N + col) = detail::sum_slots_bf16x4<TOPK>(
-        [&](int j) { return slot_rows::load4<N>(p.slot_values, p.slot_exponents, slots[j], col); });
+    // __ldcg: the other CTAs' rows, past L1
+    *reinterpret_cast<uint2*>(p.combine_out + static_cast<size_t>(t) * N + col) =
+        detail::sum_slots_bf16x4<TOPK>([&](int j) {
+          return __ldcg(reinterpret_cast<const float4*>(p.out_f32 + static_cast<size_t>(slots[j]) * N + col));
+        });
     if (c == 0) p.combine_counters[static_cast<size_t>(t) * kTiles + wt] = 0;  // ready for the next launch
   }
 }
@@ -711,7 +712,11 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       if constexpr (EPI == Epilogue::Plain) {
         p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
         p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
-      } else if constexpr (EPI == Epilogue::Swiglu || (EPI == Epilogue::SwigluQuant && !ROW_AMAX)) {
+      } else if constexpr (EPI == Epilogue::RouterWeight) {
+        const float rw = token_weight[n];
+        p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
+        p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
+      } else if constexpr (!(EPI == Epilogue::SwigluQuant && ROW_AMAX)) {  // Swiglu, SwigluQuant
         // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
         const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
         p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
@@ -722,11 +727,6 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     detail::swiglu_store_fold_amax<TN, N / 2>([&](int j) { return accum(j); }, token_scale, p.out, p.row_amax,
                                               (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g, row0, rows_valid,
                                               lane);
-  }
-  if constexpr (EPI == Epilogue::RouterWeight) {  // shuffles: outside the loop's per-row skip
-    slot_rows::store_warp_rows<TN, N>([&](int j) { return accum(j); }, token_scale, token_weight, p.slot_values,
-                                      p.slot_exponents, wt * kBlockRows + wg * 64 + warp_in_wg * 16, row0, rows_valid,
-                                      lane);
   }
 
   if constexpr (COMBINE_TOPK > 0) {
@@ -758,15 +758,12 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   }
 }
 
-// out[t, :] = bf16(sum_{j < TOPK} row(slot_rows[t, j])) summed in FP32 in slot order, row() the per-slot rows
-// (moe_slot_rows.cuh: values fp16 [M, H], exponents int8 [M, H/16]); one CTA per token.
+// out[t, :] = bf16(sum_{j < TOPK} ys[slot_rows[t, j], :]) summed in slot order; one CTA per token.
 template <int H, int TOPK>
-__device__ __forceinline__ void moe_combine_device(const __half* __restrict__ values,
-                                                   const int8_t* __restrict__ exponents,
-                                                   const int32_t* __restrict__ slot_rows,
+__device__ __forceinline__ void moe_combine_device(const float* __restrict__ ys, const int32_t* __restrict__ slot_rows,
                                                    __nv_bfloat16* __restrict__ out, int64_t num_tokens) {
-  static_assert(H % slot_rows::kBlock == 0, "H % 16 == 0");
-  pdl::wait_for_prerequisite_grid();  // the per-slot rows: the down GEMM's output
+  static_assert(H % 4 == 0, "H % 4 == 0");
+  pdl::wait_for_prerequisite_grid();  // ys: the down GEMM's output
   pdl::allow_dependent_launch();
   const int64_t t = blockIdx.x;
   if (t >= num_tokens) return;
@@ -775,7 +772,7 @@ __device__ __forceinline__ void moe_combine_device(const __half* __restrict__ va
   for (int j = 0; j < TOPK; ++j) rows[j] = slot_rows[t * TOPK + j];
   for (int c = threadIdx.x; c < H / 4; c += blockDim.x) {
     reinterpret_cast<uint2*>(out + static_cast<size_t>(t) * H)[c] = detail::sum_slots_bf16x4<TOPK>(
-        [&](int j) { return slot_rows::load4<H>(values, exponents, rows[j], 4 * c); });
+        [&](int j) { return reinterpret_cast<const float4*>(ys + static_cast<size_t>(rows[j]) * H)[c]; });
   }
 }
 
