@@ -12,8 +12,8 @@ time plain Python launches (includes host launch overhead). Contenders per (shap
              kernel variant in --variants (codegen.ops.moe_gemm.TILE_TABLES; each variant's table
              tile); top-level nvfp4_* fields are the first variant's, `variants` holds all of them
   nvfp4_plain_gate_up  the gate_up GEMM with the plain bf16 epilogue (fused-epilogue cost)
-  nvfp4_combine        moe_down's second launch alone (the ordered combine of the FP32 per-slot rows; not for
-                       fused_combine down tiles): how much of the down time re-reads the [M, H] FP32 rows
+  nvfp4_combine        moe_down's second launch alone (the ordered combine of the per-slot rows; not for
+                       fused_combine down tiles): how much of the down time re-reads the [M, H] scaled FP16 rows
   bf16_grouped_mm      torch._grouped_mm gate_up + down on the same sorted rows (BF16 weights)
   roofline   bytes the NVFP4 path must move / copy bandwidth measured in the same run
 Bytes counted for the roofline: NVFP4 weights (codes + E4M3 scales) of the experts that received
@@ -39,6 +39,7 @@ from trace_kernels import shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_layout import CODE_RECORD_BYTES, SCALE_RECORD_BYTES, MoEWeights
 from trace_kernels.moe_routing import route, token_tiles
+from trace_kernels.moe_slot_rows import empty_slot_rows
 from trace_kernels.moe_testing import random_topk
 from trace_kernels.runtime import capture_graph
 from trace_kernels.testing.provenance import git_commit, utc_now
@@ -190,7 +191,7 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
         offsets_cpu = routing.offsets.cpu()  # (one read-back: the active experts, the exact grid arm)
         e_active = int((offsets_cpu[1:] > offsets_cpu[:-1]).sum())
         up_out = ops.empty_gate_up_output(m, i, "cuda")
-        ys = torch.empty(m, h, dtype=torch.float32, device="cuda")
+        ys = empty_slot_rows(m, h, "cuda")
         y = torch.empty(t, h, dtype=torch.bfloat16, device="cuda")
         plain = torch.empty(m, 2 * i, dtype=torch.bfloat16, device="cuda")
         nbytes = nvfp4_bytes(e_active, h, i, t, m)
@@ -225,10 +226,10 @@ def bench_shape(shape, tokens_list, timer: Timer, bw: float, gen: torch.Generato
                 res["nvfp4_ms"] = timer(nvfp4_layer, graph=True)
                 res["nvfp4_gate_up_fused_ms"] = timer(fused_gate_up, graph=True)
                 res["nvfp4_gate_up_plain_ms"] = timer(plain_gate_up, graph=True)
-                if not down_tile.fused_combine:  # the down time's share that reads the FP32 per-slot rows again
+                if not down_tile.fused_combine:  # the down time's share that reads the per-slot rows again
 
                     def combine(ys=ys, slot_rows=routing.slot_rows, y=y):
-                        ops._launch_combine(ys, slot_rows, y, e, i, pdl=False)
+                        ops._launch_combine(ys, slot_rows, y, pdl=False)
 
                     res["nvfp4_combine_ms"] = timer(combine, graph=True)
             finally:

@@ -27,6 +27,7 @@ from bench_moe_gemm import Timer, random_packed_weights  # profiling/ is the scr
 from trace_kernels import jit, moe_gemm as ops, moe_tables, shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_routing import route
+from trace_kernels.moe_slot_rows import empty_slot_rows
 from trace_kernels.moe_testing import random_topk
 from trace_kernels.testing.provenance import git_commit, utc_now
 
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
         x = torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16)
         s_a = torch.rand(t, device="cuda", generator=gen) * 1e-2 + 1e-3
         up = ops.empty_gate_up_output(m, i, "cuda")
-        ys, y = torch.empty(m, h, device="cuda"), torch.empty(t, h, dtype=torch.bfloat16, device="cuda")
+        ys, y = empty_slot_rows(m, h, "cuda"), torch.empty(t, h, dtype=torch.bfloat16, device="cuda")
         if not sweep_gate_up:  # the down GEMM's input, once, from the table's tile
             ops.moe_gate_up(x, w_up, routing.offsets, row_index=routing.row_index, row_scale=s_a, validate=False,
                             out=up)

@@ -41,7 +41,7 @@ def test_specs_render_deterministically_with_readable_names():
             assert spec.name in spec.render()
     names = {s.name for s in codegen.specs_for_shape(shapes.preset("qwen3-30b-a3b"), ("v1", "ws"))}
     assert "moe_gemm_gate_up_swiglu_nvfp4_e128_h2048_i768_tn8_sm90a" in names
-    assert "moe_combine_f32_bf16_h2048_k8_sm90a" in names
+    assert "moe_combine_f16pair_bf16_h2048_k8_sm90a" in names
     assert "moe_gemm_gate_up_swiglu_nvfp4_e128_h2048_i768_tn8_ws1_st5_mb2_wg2_cps2_ov0_sm90a" in names
 
 

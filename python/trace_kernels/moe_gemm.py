@@ -30,8 +30,9 @@ from .codegen.ops import moe_gemm as codegen
 from .moe_gemm_ref import GateUpOutput, check_gemm_inputs
 from .moe_layout import MoEWeights
 from .moe_routing import MoERouting, token_tile_bound
+from .moe_slot_rows import SlotRows, decode_slot_rows, empty_slot_rows
 
-__all__ = ["empty_gate_up_output", "moe_down", "moe_down_op", "moe_gate_up", "moe_gate_up_op", "moe_gemm", "moe_gemm_op",
+__all__ = ["empty_gate_up_output", "moe_combine", "moe_down", "moe_down_op", "moe_gate_up", "moe_gate_up_op", "moe_gemm", "moe_gemm_op",
            "tile_for_rows"]
 
 tile_for_rows = codegen.tile_for_rows
@@ -42,9 +43,9 @@ FOLLOW_UP_PDL = True
 
 
 class _Params(ctypes.Structure):
-    """MoEGemmParams (moe_gemm.cuh): 23 eight-byte fields, in order."""
+    """MoEGemmParams (moe_gemm.cuh): 24 eight-byte fields, in order."""
 
-    _fields_ = [(f"f{i}", ctypes.c_uint64) for i in range(23)]
+    _fields_ = [(f"f{i}", ctypes.c_uint64) for i in range(24)]
 
 
 def _params(values: tuple) -> _Params:
@@ -161,7 +162,7 @@ def _persistent_ctas(kernel, device_index: int, threads: int, smem: int) -> int:
 
 
 def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scale, *, m: int,
-                 tile: codegen.TileConfig | None, out=None, out_f32=None, row_weight=None,
+                 tile: codegen.TileConfig | None, out=None, slot_out: SlotRows | None = None, row_weight=None,
                  quant: tuple | None = None, pdl: bool = False, combine: tuple | None = None) -> None:
     """combine: (row_token, slot_rows, out) of a down GEMM whose spec has the combine in its epilogue."""
     e = weights.num_experts
@@ -196,8 +197,10 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     combine_counters = None
     if combine is not None:  # one counter per (token, weight tile)
         combine_counters = _counters(a.device, slot_rows.shape[0] * x_tiles, "combine", spec.name)
+    slot_values, slot_exponents = slot_out or (None, None)
     values = (_addr(a), _addr(row_index), _addr(row_scale), _addr(weights.codes), _addr(weights.block_scales),
-              _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(out_f32), _addr(row_weight),
+              _addr(weights.scale), _addr(offsets), m, _addr(out), _addr(slot_values), _addr(slot_exponents),
+              _addr(row_weight),
               _addr(q_codes), _addr(q_bscales), _addr(q_scale), _addr(q_dequant), _addr(q_bits), _addr(counters),
               _addr(status), _addr(row_token), _addr(slot_rows), _addr(combine_out), _addr(combine_counters),
               _addr(row_amax))
@@ -290,20 +293,22 @@ def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, 
 
 
 @functools.lru_cache(maxsize=None)
-def _combine_plan(experts: int, hidden: int, inter: int, top_k: int):
-    spec = codegen.combine_spec(codegen.MoEDims(experts, hidden, inter, top_k))
+def _combine_plan(hidden: int, top_k: int):
+    # the combine depends on H and k alone (the other dims only complete the MoEDims)
+    spec = codegen.combine_spec(codegen.MoEDims(experts=1, hidden=hidden, intermediate=hidden, top_k=top_k))
     return spec, _kernel(spec)
 
 
 def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_scale=None,
              tile: codegen.TileConfig | None = None, validate: bool = True,
-             out: torch.Tensor | None = None, slot_workspace: torch.Tensor | None = None,
+             out: torch.Tensor | None = None, slot_workspace: SlotRows | None = None,
              pdl: bool = False) -> torch.Tensor:
     """down GEMM over sorted rows a [M, I] + router weight + ordered top-k combine -> bf16 [T, H].
 
-    The combine is a programmatic dependent launch of the GEMM (FOLLOW_UP_PDL), or with a v1 tile whose
-    fused_combine is set, the GEMM's own epilogue (same bits; slot_workspace still holds the per-slot rows);
-    pdl: see the module docstring."""
+    The GEMM writes each routed row as scaled FP16 (moe_slot_rows.SlotRows; slot_workspace, e.g. from
+    empty_slot_rows(M, H, device), or a new one). The combine is a programmatic dependent launch of the GEMM
+    (FOLLOW_UP_PDL), or with a v1 tile whose fused_combine is set, the GEMM's own epilogue (same bits;
+    slot_workspace still holds the per-slot rows); pdl: see the module docstring."""
     if not a.is_cuda:
         return moe_gemm_ref.moe_down_ref(a, weights, routing, row_scale=row_scale)
     if routing.row_weight is None:
@@ -318,11 +323,15 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
     if validate and m and (int(routing.slot_rows.min()) < 0 or int(routing.slot_rows.max()) >= m):
         raise ValueError("routing.slot_rows values must lie in [0, M)")
     hidden = weights.n
-    ys = slot_workspace if slot_workspace is not None else torch.empty(m, hidden, dtype=torch.float32, device=a.device)
-    _check_out(ys, (m, hidden), torch.float32, "slot_workspace")  # [M, H] per-slot rows
+    ys = slot_workspace if slot_workspace is not None else empty_slot_rows(m, hidden, a.device)
+    if not isinstance(ys, SlotRows):
+        raise TypeError(f"slot_workspace must be a moe_slot_rows.SlotRows (empty_slot_rows), got {type(ys).__name__}")
+    _check_out(ys.values, (m, hidden), torch.float16, "slot_workspace.values")  # [M, H]
+    _check_out(ys.exponents, (m, hidden // 2), torch.int8, "slot_workspace.exponents")  # [M, H/2]
     out = out if out is not None else torch.empty(t, hidden, dtype=torch.bfloat16, device=a.device)
     _check_out(out, (t, hidden), torch.bfloat16, "out")  # [T, H]
-    _check_device_inputs({"out": out, "slot_workspace": ys})
+    _check_device_inputs({"out": out, "slot_workspace.values": ys.values,
+                          "slot_workspace.exponents": ys.exponents})
     if m == 0:
         return out.zero_()
     tile = tile or codegen.tile_for_rows(m, weights.num_experts, k=weights.k, kind="down_routed", n=hidden)
@@ -336,26 +345,47 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
             tokens = torch.arange(t, device=a.device, dtype=torch.int32)[:, None]  # [T, 1]
             if not bool((routing.row_index[routing.slot_rows.long()] == tokens).all()):
                 raise ValueError("routing.slot_rows and routing.row_index are not inverse maps (use route())")
-        _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, out_f32=ys,
+        _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, slot_out=ys,
                      row_weight=routing.row_weight, pdl=pdl, combine=(routing.row_index, routing.slot_rows, out))
         return out
-    _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, out_f32=ys,
+    _launch_gemm("down_routed", a, weights, routing.offsets, None, row_scale, m=m, tile=tile, slot_out=ys,
                  row_weight=routing.row_weight, pdl=pdl)
-    _launch_combine(ys, routing.slot_rows, out, weights.num_experts, weights.k, pdl=FOLLOW_UP_PDL)
+    _launch_combine(ys, routing.slot_rows, out, pdl=FOLLOW_UP_PDL)
     return out
 
 
-def _launch_combine(ys: torch.Tensor, slot_rows: torch.Tensor, out: torch.Tensor, experts: int, inter: int,
-                    pdl: bool) -> None:
-    """moe_down's second launch, the ordered top-k combine: float32 per-slot rows ys [M, H] -> bf16 out [T, H]
-    (inputs checked by moe_down; profiling/bench_moe_gemm.py also times it alone)."""
+def moe_combine(ys: SlotRows, slot_rows: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
+    """The ordered top-k combine alone: per-slot rows ys (values fp16 [M, H], exponents int8 [M, H/2]) and
+    slot_rows int32 [T, k] -> bf16 [T, H] (moe_down runs it after its GEMM). CPU tensors use the reference."""
+    if not isinstance(ys, SlotRows):
+        raise TypeError(f"ys must be a moe_slot_rows.SlotRows, got {type(ys).__name__}")
+    m, hidden = ys.values.shape
+    _check_out(ys.exponents, (m, hidden // 2), torch.int8, "ys.exponents")
+    if ys.values.dtype != torch.float16 or hidden % 16:
+        raise ValueError(f"ys.values must be float16 [M, H] with H % 16 == 0, got {ys.values.dtype} {[m, hidden]}")
+    if slot_rows.dim() != 2 or slot_rows.dtype != torch.int32:
+        raise ValueError(f"slot_rows must be int32 [T, k], got {slot_rows.dtype} {list(slot_rows.shape)}")
+    if validate and slot_rows.numel() and (int(slot_rows.min()) < 0 or int(slot_rows.max()) >= m):
+        raise ValueError(f"slot_rows values must lie in [0, M={m})")
+    if not ys.values.is_cuda:
+        return moe_gemm_ref.combine_slots(decode_slot_rows(ys), slot_rows)
+    _check_device_inputs({"ys.values": ys.values, "ys.exponents": ys.exponents, "slot_rows": slot_rows})
+    out = torch.empty(slot_rows.shape[0], hidden, dtype=torch.bfloat16, device=ys.values.device)  # [T, H]
+    if out.numel():
+        _launch_combine(ys, slot_rows, out, pdl=False)
+    return out
+
+
+def _launch_combine(ys: SlotRows, slot_rows: torch.Tensor, out: torch.Tensor, pdl: bool) -> None:
+    """The ordered top-k combine: the per-slot rows ys -> bf16 out [T, H] (inputs checked by moe_down or
+    moe_combine; profiling/bench_moe_gemm.py also times it alone)."""
     t, top_k = slot_rows.shape
-    spec, kernel = _combine_plan(experts, ys.shape[1], inter, top_k)
+    spec, kernel = _combine_plan(ys.values.shape[1], top_k)
     from .runtime import i64, ptr
-    device_index = ys.device.index if ys.device.index is not None else torch.cuda.current_device()
+    device_index = ys.values.device.index if ys.values.device.index is not None else torch.cuda.current_device()
     with nvtx.annotate("moe_combine"):
         kernel.launch(device_index, (t, 1, 1), (spec.launch["threads"], 1, 1),
-                      [ptr(ys), ptr(slot_rows), ptr(out), i64(t)], pdl=pdl)
+                      [ptr(ys.values), ptr(ys.exponents), ptr(slot_rows), ptr(out), i64(t)], pdl=pdl)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ s_a = 1 (W4A16). Epilogues:
              silu(g) = g / (1 + exp(-g)) in FP32; then q = nvfp4.quantize(h) (row scale over all
              of I), the down GEMM's operand dequantize(q, bf16, apply_scale=False) and the
              compact guidance bits.
-    down     ys[m, :] = y[m, :] * router_weight[m] (FP32); out[t, :] = bf16(((ys[r0] + ys[r1]) + ...)),
-             r_j = slot_rows[t, j], summed in slot order (deterministic; no atomics).
+    down     ys[m, :] = y[m, :] * router_weight[m] (FP32), stored as FP16 scaled by a power of two per
+             pair of columns (moe_slot_rows: 2.5 bytes a value); out[t, :] = bf16(((ys'[r0] + ys'[r1]) + ...)),
+             ys' the decoded rows (FP32), r_j = slot_rows[t, j], summed in slot order (deterministic; no atomics).
 Accumulation is FP32 by default (`acc_dtype=torch.float64` for tests); a kernel matches to
 FP32-accumulation tolerance, while its fused quantization must equal nvfp4.quantize of its own h.
 """
@@ -26,6 +27,7 @@ import torch
 from . import nvfp4
 from .moe_layout import MoEWeights, dequantize_weights, split_gate_up
 from .moe_routing import MoERouting, check_offsets, check_row_index
+from .moe_slot_rows import decode_slot_rows, encode_slot_rows
 
 __all__ = [
     "GateUpOutput",
@@ -135,7 +137,8 @@ def moe_gate_up_ref(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor,
 
 
 def combine_slots(ys: torch.Tensor, slot_rows: torch.Tensor) -> torch.Tensor:
-    """ys float32 [M, H], slot_rows int32 [T, k] -> bf16 [T, H], summing slots in order 0..k-1."""
+    """ys float32 [M, H] (the decoded per-slot rows), slot_rows int32 [T, k] -> bf16 [T, H], summing slots in order
+    0..k-1."""
     idx = slot_rows.long()
     total = ys[idx[:, 0]].clone()  # [T, H]
     for j in range(1, idx.shape[1]):
@@ -151,4 +154,4 @@ def moe_down_ref(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *,
         raise ValueError("the down epilogue needs routing.row_weight (route(..., topk_weights=...))")
     y = _grouped_scaled_matmul(a, weights, routing.offsets, None, row_scale, acc_dtype)  # [M, H]
     ys = y * routing.row_weight.unsqueeze(1)  # [M, H]
-    return combine_slots(ys, routing.slot_rows)
+    return combine_slots(decode_slot_rows(encode_slot_rows(ys)), routing.slot_rows)

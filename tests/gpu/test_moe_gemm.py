@@ -12,6 +12,7 @@ from trace_kernels import moe_gemm_ref as ref
 from trace_kernels import nvfp4
 from trace_kernels.codegen.ops.moe_gemm import DEFAULT_VARIANT, EXTRA_TILES, TILE_TABLE, WS_TILE_TABLE, tile_for_rows
 from trace_kernels.moe_routing import route, token_tile_bound, token_tiles
+from trace_kernels.moe_slot_rows import SlotRows, decode_slot_rows, empty_slot_rows
 from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE, make_problem, make_weights, random_topk
 from trace_kernels.ops import _common
 from trace_kernels.runtime import capture_graph
@@ -171,13 +172,51 @@ def test_down_combine_matches_reference(shape, tokens, skew):
     a = torch.randn(m, i, device="cuda", generator=gen).to(torch.bfloat16)  # sorted rows
     s_a = torch.rand(m, device="cuda", generator=gen) + 0.5
     want = ref.moe_down_ref(a, p.down, p.routing, row_scale=s_a)
+    rows_want = ref._grouped_scaled_matmul(a, p.down, p.routing.offsets, None, s_a, torch.float64)
+    rows_want = rows_want * p.routing.row_weight.double().unsqueeze(1)  # [M, H] exact per-slot rows
     for tile in TILES + [None]:  # None: what calls get (auto's down table: ws with two m-tiles in prefill)
         out = torch.full_like(want, float("nan"))
-        ys = torch.full((m, h), float("nan"), device="cuda")
+        ys = empty_slot_rows(m, h, "cuda")
+        ys.values.fill_(float("nan"))
+        ys.exponents.fill_(127)
         got = ops.moe_down(a, p.down, p.routing, row_scale=s_a, tile=tile, out=out, slot_workspace=ys)
         torch.cuda.synchronize()
         assert not got.isnan().any(), tile
         assert _rel(got, want) <= 2e-3, (name, tile, _rel(got, want))
+        # the stored rows: FP32-accumulation close to the exact ones, each pair's larger value in [2^14, 2^15]
+        assert _rel(decode_slot_rows(ys), rows_want) <= 5e-4, (name, tile)  # (FP16 rounding: ~2e-4)
+        _assert_pairs_scaled(ys)
+        assert torch.equal(ops.moe_combine(ys, p.routing.slot_rows), got), tile  # the combine alone: same bits
+
+
+def _assert_pairs_scaled(ys: SlotRows):
+    m, h = ys.values.shape
+    amax = ys.values.float().abs().reshape(m, h // 2, 2).amax(-1)  # [M, H/2]: a pair's two values are adjacent
+    assert ((amax >= 2 ** 14) & (amax <= 2 ** 15)).all()
+
+
+@pytest.mark.parametrize("tokens,top_k", [(1, 8), (77, 8), (300, 4), (5, 1)])
+def test_combine_kernel_equals_reference(tokens, top_k):
+    """moe_combine on fresh random per-slot rows (exponents over their whole range, subnormal FP16 values among
+    them) gives the reference's bits; its output is poisoned first."""
+    h = 2048
+    m = tokens * top_k
+    gen = torch.Generator(device="cuda").manual_seed(tokens * 10 + top_k)
+    values = torch.randn(m, h, device="cuda", generator=gen) * 4.0 ** torch.randint(-12, 7, (m, h), device="cuda",
+                                                                                     generator=gen)
+    # (up to 100, not 113: sums that overflow could meet as inf - inf = NaN, which torch.equal never equals)
+    exponents = torch.randint(-126, 101, (m, h // 2), device="cuda", generator=gen, dtype=torch.int32)
+    ys = SlotRows(values.to(torch.float16), exponents.to(torch.int8))
+    slot_rows = torch.randperm(m, device="cuda", generator=gen).to(torch.int32).reshape(tokens, top_k)
+    want = ref.combine_slots(decode_slot_rows(SlotRows(ys.values.cpu(), ys.exponents.cpu())), slot_rows.cpu())
+    got = torch.full((tokens, h), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ops._launch_combine(ys, slot_rows, got, pdl=False)
+    assert torch.equal(got.cpu(), want)
+    assert torch.equal(ops.moe_combine(ys, slot_rows).cpu(), want)
+    with pytest.raises(ValueError, match="slot_rows values"):
+        ops.moe_combine(ys, slot_rows + m)
+    with pytest.raises(ValueError, match="exponents"):
+        ops.moe_combine(SlotRows(ys.values, ys.exponents[:, :-1]), slot_rows)
 
 
 def _pipeline(x, ids, weights, p, tile):
@@ -443,11 +482,11 @@ def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
     tile = _layer_tile(variant, r.num_rows, p.gate_up.num_experts)
     x = p.x.clone()  # [T, H] bf16: quantized inside the layer, so gate_up's predecessor is our kernel
     up_out = _poisoned_gate_up(r.num_rows, i)
-    ys = torch.empty(r.num_rows, h, dtype=torch.float32, device="cuda")  # [M, H] per-slot rows
+    ys = empty_slot_rows(r.num_rows, h, "cuda")  # per-slot rows
     y = torch.empty(tokens, h, dtype=torch.bfloat16, device="cuda")
 
     def layer(pdl):
-        for t in (up_out.h, up_out.a_next, up_out.q.scale, ys):
+        for t in (up_out.h, up_out.a_next, up_out.q.scale, ys.values):
             t.fill_(float("nan"))
         q = tk_ops.quantize(x, dequant=True)
         up = ops.moe_gate_up(q.dequant, p.gate_up, r.offsets, row_index=r.row_index, row_scale=q.q.scale,

@@ -21,9 +21,9 @@
 // Epilogues: Plain (bf16 [M, N]), SwigluQuant (gate/up rows interleaved by 8: a thread holds the
 // gate and up of the same intermediate index; bf16 SwiGLU h, then the last CTA of a token tile
 // quantizes whole rows of h to NVFP4 + guidance), Swiglu (SwigluQuant's h only: the caller quantizes
-// h with the quantize kernel afterwards; no tile counter, fence or last-CTA work), RouterWeight (fp32
-// [M, N] times the router weight; moe_combine_kernel sums the top-k slots in slot order, or with COMBINE_TOPK the
-// last of a token's CTAs in this kernel's epilogue).
+// h with the quantize kernel afterwards; no tile counter, fence or last-CTA work), RouterWeight ([M, N] times the
+// router weight, stored as scaled fp16 per-slot rows (moe_slot_rows.cuh); moe_combine_kernel sums the top-k slots in
+// slot order, or with COMBINE_TOPK the last of a token's CTAs in this kernel's epilogue).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,7 @@
 
 #include "trace_kernels/moe_dequant.cuh"
 #include "trace_kernels/moe_nvfp4_row.cuh"
+#include "trace_kernels/moe_slot_rows.cuh"
 #include "trace_kernels/pdl.cuh"
 #include "trace_kernels/tile_arrival.cuh"
 
@@ -59,7 +60,8 @@ struct MoEGemmParams {
   const int32_t* offsets;      // [E+1] sorted rows of expert e: offsets[e]..offsets[e+1]
   int64_t num_rows;            // M
   __nv_bfloat16* out;          // Plain: [M, N] bf16; SwigluQuant, Swiglu: h [M, N/2] bf16
-  float* out_f32;              // RouterWeight: [M, N] fp32
+  __half* slot_values;         // RouterWeight: [M, N] fp16 per-slot rows (moe_slot_rows.cuh)
+  int8_t* slot_exponents;      // RouterWeight: [M, N/2] their power-of-two exponents, one per pair of columns
   const float* row_weight;     // RouterWeight: [M] router weight of each sorted row
   uint8_t* q_codes;            // SwigluQuant: [M, N/4] packed codes of h
   uint8_t* q_block_scales;     // SwigluQuant: [M, N/32] e4m3
@@ -139,20 +141,6 @@ __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* tok
       fold_row_amax(row_amax, row0 + n, bits, valid, lane);
     }
   }
-}
-
-// A token's combined output: its TOPK slot rows' float4s (load(j): slot j's) summed in slot order, then four bf16.
-// The combine kernel and the down GEMM's fused_combine epilogue share it, so both give the same bits.
-template <int TOPK, class Load>
-__device__ __forceinline__ uint2 sum_slots_bf16x4(Load load) {
-  float4 acc = load(0);
-#pragma unroll
-  for (int j = 1; j < TOPK; ++j) {
-    const float4 v = load(j);
-    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
-  }
-  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
-  return {*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
 }
 
 // The single wgmma instruction m64nNNk16 f32.bf16.bf16 with A from registers (CuTe's rs_op_selector would tile
@@ -271,16 +259,16 @@ __device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expe
   }
 }
 
-// The combine in the down GEMM's epilogue (v1, COMBINE_TOPK): after this CTA's rows of out_f32 are stored, each
+// The combine in the down GEMM's epilogue (v1, COMBINE_TOPK): after this CTA's per-slot rows are stored, each
 // row counts one arrival of its token on this weight tile's columns; the CTA whose arrival completes a token's
 // TOPK sums that token's TOPK rows of these columns in slot order, exactly as moe_combine_device does (the same
 // bits whichever CTA it is), and leaves its counter zero. won: int32 [TN] of shared memory.
 template <int N, int BLOCK_ROWS, int TN, int TOPK, int THREADS>
 __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, int row0, int rows_valid, int wt, int tid,
                                                       int32_t* won) {
-  constexpr int kTiles = N / BLOCK_ROWS;  // weight tiles (counters) per token
-  constexpr int kQuads = BLOCK_ROWS / 4;  // float4 columns of one token's slice
-  __threadfence();  // this thread's rows of out_f32, before the arrivals below
+  constexpr int kTiles = N / BLOCK_ROWS;                  // weight tiles (counters) per token
+  constexpr int kBlocks = BLOCK_ROWS / slot_rows::kBlock;  // 16-column blocks of one token's slice
+  __threadfence();  // this thread's per-slot rows, before the arrivals below
   __syncthreads();
   for (int n = tid; n < TN; n += THREADS) {
     int token = -1;
@@ -296,17 +284,13 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
   for (int n = 0; n < TN; ++n) any |= won[n] >= 0;
   if (!any) return;
   __threadfence();  // the other CTAs' rows: complete before their arrivals were counted
-  for (int i = tid; i < TN * kQuads; i += THREADS) {
-    const int n = i / kQuads, c = i % kQuads;
+  for (int i = tid; i < TN * kBlocks; i += THREADS) {
+    const int n = i / kBlocks, c = i % kBlocks;
     const int t = won[n];
     if (t < 0) continue;
-    const int col = wt * BLOCK_ROWS + 4 * c;
     const int32_t* slots = p.slot_rows + static_cast<size_t>(t) * TOPK;
-    // __ldcg: the other CTAs' rows, past L1
-    *reinterpret_cast<uint2*>(p.combine_out + static_cast<size_t>(t) * N + col) =
-        detail::sum_slots_bf16x4<TOPK>([&](int j) {
-          return __ldcg(reinterpret_cast<const float4*>(p.out_f32 + static_cast<size_t>(slots[j]) * N + col));
-        });
+    slot_rows::combine_block<N, TOPK>(p.slot_values, p.slot_exponents, [&](int j) { return slots[j]; },
+                                      wt * kBlocks + c, p.combine_out + static_cast<size_t>(t) * N);
     if (c == 0) p.combine_counters[static_cast<size_t>(t) * kTiles + wt] = 0;  // ready for the next launch
   }
 }
@@ -712,11 +696,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       if constexpr (EPI == Epilogue::Plain) {
         p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
         p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
-      } else if constexpr (EPI == Epilogue::RouterWeight) {
-        const float rw = token_weight[n];
-        p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
-        p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
-      } else if constexpr (!(EPI == Epilogue::SwigluQuant && ROW_AMAX)) {  // Swiglu, SwigluQuant
+      } else if constexpr (EPI == Epilogue::Swiglu || (EPI == Epilogue::SwigluQuant && !ROW_AMAX)) {
         // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
         const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
         p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
@@ -727,6 +707,11 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     detail::swiglu_store_fold_amax<TN, N / 2>([&](int j) { return accum(j); }, token_scale, p.out, p.row_amax,
                                               (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g, row0, rows_valid,
                                               lane);
+  }
+  if constexpr (EPI == Epilogue::RouterWeight) {  // the per-slot rows, as the combine reads them
+    slot_rows::store_warp_rows<TN, N>([&](int j) { return accum(j); }, token_scale, token_weight, p.slot_values,
+                                      p.slot_exponents, wt * kBlockRows + wg * 64 + warp_in_wg * 16, row0, rows_valid,
+                                      lane);
   }
 
   if constexpr (COMBINE_TOPK > 0) {
@@ -758,21 +743,24 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   }
 }
 
-// out[t, :] = bf16(sum_{j < TOPK} ys[slot_rows[t, j], :]) summed in slot order; one CTA per token.
+// out[t, :] = bf16(sum_{j < TOPK} row(slot_rows[t, j])) summed in FP32 in slot order, row() the per-slot rows
+// (moe_slot_rows.cuh: values fp16 [M, H], exponents int8 [M, H/2]); one CTA per token, a 16-column block per thread.
 template <int H, int TOPK>
-__device__ __forceinline__ void moe_combine_device(const float* __restrict__ ys, const int32_t* __restrict__ slot_rows,
+__device__ __forceinline__ void moe_combine_device(const __half* __restrict__ values,
+                                                   const int8_t* __restrict__ exponents,
+                                                   const int32_t* __restrict__ slot_rows,
                                                    __nv_bfloat16* __restrict__ out, int64_t num_tokens) {
-  static_assert(H % 4 == 0, "H % 4 == 0");
-  pdl::wait_for_prerequisite_grid();  // ys: the down GEMM's output
+  static_assert(H % slot_rows::kBlock == 0, "H % 16 == 0");
+  pdl::wait_for_prerequisite_grid();  // the per-slot rows: the down GEMM's output
   pdl::allow_dependent_launch();
   const int64_t t = blockIdx.x;
   if (t >= num_tokens) return;
   int32_t rows[TOPK];
 #pragma unroll
   for (int j = 0; j < TOPK; ++j) rows[j] = slot_rows[t * TOPK + j];
-  for (int c = threadIdx.x; c < H / 4; c += blockDim.x) {
-    reinterpret_cast<uint2*>(out + static_cast<size_t>(t) * H)[c] = detail::sum_slots_bf16x4<TOPK>(
-        [&](int j) { return reinterpret_cast<const float4*>(ys + static_cast<size_t>(rows[j]) * H)[c]; });
+  for (int b = threadIdx.x; b < H / slot_rows::kBlock; b += blockDim.x) {
+    slot_rows::combine_block<H, TOPK>(values, exponents, [&](int j) { return rows[j]; }, b,
+                                      out + static_cast<size_t>(t) * H);
   }
 }
 

@@ -392,11 +392,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
           if constexpr (EPI == Epilogue::Plain) {
             p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
             p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
-          } else if constexpr (EPI == Epilogue::RouterWeight) {
-            const float rw = tok_weight[n];
-            p.out_f32[static_cast<size_t>(m) * N + wrow] = y0 * rw;
-            p.out_f32[static_cast<size_t>(m) * N + wrow + 8] = y1 * rw;
-          } else if constexpr (!(EPI == Epilogue::SwigluQuant && ROW_AMAX)) {  // Swiglu, SwigluQuant
+          } else if constexpr (EPI == Epilogue::Swiglu || (EPI == Epilogue::SwigluQuant && !ROW_AMAX)) {
             const int inter = tile_row / 2 + g;
             p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
           }
@@ -405,6 +401,10 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {  // as Swiglu, and each token row's amax folded
         detail::swiglu_store_fold_amax<TN, N / 2>([&](int j) { return accum(j, mt, 0); }, tok_scale, p.out,
                                                   p.row_amax, tile_row / 2 + g, row0, rows_valid, lane);
+      }
+      if constexpr (EPI == Epilogue::RouterWeight) {  // the per-slot rows, as the combine reads them
+        slot_rows::store_warp_rows<TN, N>([&](int j) { return accum(j, mt, 0); }, tok_scale, tok_weight,
+                                          p.slot_values, p.slot_exponents, tile_row, row0, rows_valid, lane);
       }
     }
     ws::mbar_arrive(&tok_free[local & 1]);  // this thread is done with the slot

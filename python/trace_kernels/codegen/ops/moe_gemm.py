@@ -418,7 +418,7 @@ KINDS = {
     # what a quantize_after tile launches for gate_up_swiglu (then the quantize kernel)
     "gate_up_swiglu_h": ("Swiglu", "gate_up GEMM + SwiGLU, bf16 h (the quantize kernel rounds it next)"),
     "gate_up": ("Plain", "gate_up GEMM, plain bf16 store (W4A16 trainer path, epilogue-cost baseline)"),
-    "down_routed": ("RouterWeight", "down GEMM, fp32 rows times the router weight (then moe_combine)"),
+    "down_routed": ("RouterWeight", "down GEMM, rows times the router weight as scaled fp16 (then moe_combine)"),
 }
 CALL_KINDS = ("gate_up_swiglu", "gate_up", "down_routed")  # what the ops call; KINDS adds gate_up_swiglu_h
 
@@ -744,7 +744,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
 
 def combine_spec(shape: "ModelShape | MoEDims") -> KernelSpec:
     shape = MoEDims.of(shape)
-    name = kernel_name("moe_combine", "f32", "bf16", dims={"h": shape.hidden, "k": shape.top_k})
+    name = kernel_name("moe_combine", "f16pair", "bf16", dims={"h": shape.hidden, "k": shape.top_k})
     threads = 256
     params = {"hidden": shape.hidden, "top_k": shape.top_k, "threads": threads}
     return KernelSpec(op="moe_gemm", name=name, template="moe_combine.cu.jinja", params=params,
