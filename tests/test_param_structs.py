@@ -55,7 +55,7 @@ def test_ctypes_structs_match_the_kernels_structs(tmp_path):
     lines += [f'#include "{h}"' for h in headers]
     for cls, cpp, _ in NAMED_FIELDS:
         lines += _checks(cls, cpp)
-    # MoEGemmParams: the host packs it as 23 uint64 (moe_gemm._Params), so member i must sit at 8 i
+    # MoEGemmParams: the host packs it as 24 uint64 (moe_gemm._Params), so member i must sit at 8 i
     members = _member_names(MOE_GEMM_HEADER, "MoEGemmParams")
     cpp = "trace_kernels::moe::MoEGemmParams"
     lines.append(f"static_assert(sizeof({cpp}) == {ctypes.sizeof(moe_gemm._Params)}, \"sizeof {cpp}\");")
@@ -75,14 +75,15 @@ def test_a_layout_mismatch_would_fail_to_compile():
 
 def test_the_down_launch_packs_each_buffer_at_its_member(monkeypatch):
     """moe_gemm._launch_gemm's values, in MoEGemmParams' member order: each buffer of a down launch at its own
-    member (forty-seventh session: a host-side name clash in a trial of another row format handed the kernel a null
-    per-slot rows pointer, which only a GPU run showed). No GPU: the kernel is a fake that keeps what it was given."""
+    member (forty-seventh session: a host-side name clash once handed the kernel a null per-slot rows pointer, which
+    only a GPU run showed). No GPU: the kernel is a fake that keeps what it was given."""
     from types import SimpleNamespace
 
     import torch
 
     from trace_kernels.codegen.ops.moe_gemm import TILE_TABLE
     from trace_kernels.moe_layout import empty_weights
+    from trace_kernels.moe_slot_rows import empty_slot_rows
 
     launched = {}
 
@@ -101,15 +102,15 @@ def test_the_down_launch_packs_each_buffer_at_its_member(monkeypatch):
     a = SimpleNamespace(device=SimpleNamespace(index=0), data_ptr=lambda: 0x1000)  # (a CUDA tensor's two uses)
     offsets = torch.tensor([0, 2, 2, 5, 6], dtype=torch.int32)
     row_scale, row_weight = torch.ones(m), torch.rand(m)
-    rows = torch.empty(m, hidden)  # [M, H] fp32 per-slot rows
+    rows = empty_slot_rows(m, hidden, "cpu")
     moe_gemm._launch_gemm("down_routed", a, weights, offsets, None, row_scale, m=m, tile=TILE_TABLE[0][1],
-                          out_f32=rows, row_weight=row_weight)
+                          slot_out=rows, row_weight=row_weight)
     values = launched["values"]
     members = _member_names(MOE_GEMM_HEADER, "MoEGemmParams")
     assert len(values) == len(members)
     expect = {"a": 0x1000, "row_index": 0, "row_scale": row_scale.data_ptr(), "w_codes": weights.codes.data_ptr(),
               "w_scales": weights.block_scales.data_ptr(), "w_scale": weights.scale.data_ptr(),
-              "offsets": offsets.data_ptr(), "num_rows": m, "out": 0, "out_f32": rows.data_ptr(),
-              "row_weight": row_weight.data_ptr()}
+              "offsets": offsets.data_ptr(), "num_rows": m, "out": 0, "slot_values": rows.values.data_ptr(),
+              "slot_exponents": rows.exponents.data_ptr(), "row_weight": row_weight.data_ptr()}
     assert {name: values[members.index(name)] for name in expect} == expect
     assert all(values[i] == 0 for i, name in enumerate(members) if name not in expect)  # no fused-epilogue buffer
