@@ -1,11 +1,12 @@
 """What the per-slot rows' storage costs the down GEMM's numerics (CPU, reference arithmetic; no GPU needed).
 
-The down GEMM writes each (token, slot) row as FP32 [M, H] and the combine sums a token's top-k rows in slot order
-(moe_gemm_ref.combine_slots); that adds nothing to the output's own BF16 rounding. Half the bytes would halve the
-combine's reads (docs/moe_gemm.md, "Next steps" item 4): in BF16 every slot is rounded to 8 bits before the sum; in
-FP16 scaled by a power of two per 16 columns (a row's largest value of each block in [2^14, 2^15]; what the forty-seventh
-session's trial kernels stored, b904888) to 11 bits. This measures ||out - exact|| / ||exact|| on Qwen3-30B-A3B's down
-GEMM fed with the gate_up's own fused output, against issue 4's 2e-3 budget:
+The down GEMM writes each (token, slot) row [M, H] and the combine sums a token's top-k rows in slot order
+(moe_gemm_ref.combine_slots). As FP32 they add nothing to the output's own BF16 rounding. Fewer bytes cut the combine's
+reads (docs/moe_gemm.md, "Per-slot rows"): in BF16 every slot is rounded to 8 bits before the sum; in FP16 scaled by a
+power of two per 16 columns (a block's largest value in [2^14, 2^15]; the forty-seventh session's first trial, b904888)
+or per pair of columns (moe_slot_rows, what the kernels store since then) to 11 bits. This measures
+||out - exact|| / ||exact|| on Qwen3-30B-A3B's down GEMM fed with the gate_up's own fused output, against issue 4's
+2e-3 budget:
 
     python profiling/combine_rows_error.py --out profiling/results/combine_rows_error_cpu.json
 """
@@ -18,6 +19,7 @@ import json
 import torch
 
 from trace_kernels import moe_gemm_ref as ref
+from trace_kernels.moe_slot_rows import decode_slot_rows, encode_slot_rows
 from trace_kernels.moe_testing import make_problem
 from trace_kernels.testing.provenance import git_commit, utc_now
 
@@ -49,7 +51,9 @@ def errors(tokens: int, seed: int, experts=128, hidden=2048, inter=768, top_k=8)
             "output_rounding_alone": rel(exact.to(torch.bfloat16), exact),
             "fp32_rows": rel(ref.combine_slots(ys, p.routing.slot_rows), exact),
             "bf16_rows": rel(ref.combine_slots(ys.to(torch.bfloat16).float(), p.routing.slot_rows), exact),
-            "scaled_fp16_rows": rel(ref.combine_slots(scaled_fp16(ys), p.routing.slot_rows), exact)}
+            "scaled_fp16_rows": rel(ref.combine_slots(scaled_fp16(ys), p.routing.slot_rows), exact),
+            "fp16_pair_rows": rel(ref.combine_slots(decode_slot_rows(encode_slot_rows(ys)), p.routing.slot_rows),
+                                  exact)}
 
 
 def main(argv=None) -> int:
@@ -60,8 +64,8 @@ def main(argv=None) -> int:
     rows = [errors(int(t), seed) for seed, t in enumerate(args.tokens.split(","), start=1)]
     for r in rows:
         print(f"T={r['tokens']}: output rounding alone {r['output_rounding_alone']:.2e}, FP32 rows "
-              f"{r['fp32_rows']:.2e}, BF16 rows {r['bf16_rows']:.2e}, scaled FP16 rows "
-              f"{r['scaled_fp16_rows']:.2e} (budget 2e-3)")
+              f"{r['fp32_rows']:.2e}, BF16 rows {r['bf16_rows']:.2e}, FP16 rows scaled per 16 columns "
+              f"{r['scaled_fp16_rows']:.2e}, per pair (stored) {r['fp16_pair_rows']:.2e} (budget 2e-3)")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"date": utc_now(), "commit": git_commit(), "shape": "qwen3-30b-a3b", "budget": 2e-3,

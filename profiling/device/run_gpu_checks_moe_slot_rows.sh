@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The down GEMM's per-slot rows as FP16 scaled per 16 columns (moe_slot_rows.cuh; forty-seventh session) instead of
-# FP32: half the bytes the down GEMM writes and the combine reads back. One call (BUDGET s):
+# The down GEMM's per-slot rows as FP16 pairs (moe_slot_rows.cuh; forty-seventh session; b904888 ran it on the first
+# trial, an exponent per 16 columns) instead of FP32: 2.5 bytes a value for the down GEMM to write and the combine to
+# read back. One call (BUDGET s):
 #   1. both trees' auto kernels of both presets (a check of the carried cache)
 #   2. the layer, this tree against BASE (.ab_base: db21a3d's FP32 rows), two rounds of bench_moe_tree in turn,
 #      T = 1, 64, 256, 1024, 4096, 16384
@@ -14,8 +15,9 @@
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests engine, then the base tree's
 #     auto kernels of both presets copied in (moe_prebuild.kernel_specs(..., ("auto",), extras=False) built with
 #     PYTHONPATH=.ab_base/python; 41 entries, 4.2 MiB)
-#   (CHECKS=0: steps 1 and 2 only, twice over (four rounds), e.g. with TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_quick holding
-#    just both trees' auto kernels: a layer A/B of an epilogue change before the tests' 400 kernels are rebuilt)
+#   (CHECKS=0: steps 1 and 2 only, e.g. BUDGET=200 (two rounds: step 2's first pair needs 330 s left) with
+#    TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_quick holding just both trees' auto kernels: a layer A/B of an epilogue
+#    change before the tests' 400 kernels are rebuilt)
 #   -> $OUT/moe_slot_rows.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_slot_rows 560
