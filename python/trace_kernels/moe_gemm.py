@@ -32,8 +32,8 @@ from .moe_layout import MoEWeights
 from .moe_routing import MoERouting, token_tile_bound
 from .moe_slot_rows import SlotRows, decode_slot_rows, empty_slot_rows
 
-__all__ = ["empty_gate_up_output", "moe_combine", "moe_down", "moe_down_op", "moe_gate_up", "moe_gate_up_op", "moe_gemm", "moe_gemm_op",
-           "tile_for_rows"]
+__all__ = ["empty_gate_up_output", "moe_combine", "moe_down", "moe_down_op", "moe_gate_up", "moe_gate_up_op", "moe_gemm",
+           "moe_gemm_op", "tile_for_rows"]
 
 tile_for_rows = codegen.tile_for_rows
 
