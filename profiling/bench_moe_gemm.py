@@ -13,7 +13,7 @@ time plain Python launches (includes host launch overhead). Contenders per (shap
              tile); top-level nvfp4_* fields are the first variant's, `variants` holds all of them
   nvfp4_plain_gate_up  the gate_up GEMM with the plain bf16 epilogue (fused-epilogue cost)
   nvfp4_combine        moe_down's second launch alone (the ordered combine of the per-slot rows; not for
-                       fused_combine down tiles): how much of the down time re-reads the [M, H] scaled FP16 rows
+                       fused_combine down tiles): how much of the down time re-reads the [M, H] FP16 pair rows
   bf16_grouped_mm      torch._grouped_mm gate_up + down on the same sorted rows (BF16 weights)
   roofline   bytes the NVFP4 path must move / copy bandwidth measured in the same run
 Bytes counted for the roofline: NVFP4 weights (codes + E4M3 scales) of the experts that received
