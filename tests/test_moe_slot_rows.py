@@ -103,3 +103,21 @@ def test_down_reference_error_stays_within_the_budget():
     exact = (exact.double() * p.routing.row_weight.double().unsqueeze(1))[p.routing.slot_rows.long()].sum(1)
     rel = float((got.double() - exact).norm() / exact.norm())
     assert rel <= 2e-3
+
+
+def test_moe_down_rejects_a_bad_workspace_before_anything_runs():
+    """slot_workspace is checked ahead of the CPU / kernel dispatch, so a wrong one fails the same way on both."""
+    from trace_kernels.moe_testing import make_problem
+    p = make_problem(16, 256, 128, 4, 8, seed=5)
+    m = p.routing.num_rows
+    a = torch.randn(m, 128, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)  # [M, I]
+    good = empty_slot_rows(m, 256, "cpu")
+    assert ops.moe_down(a, p.down, p.routing, slot_workspace=good).shape == (8, 256)
+    bad = [(torch.empty(m, 256), TypeError, "SlotRows"),  # the old FP32 workspace
+           (SlotRows(good.values.float(), good.exponents), ValueError, "slot_workspace.values"),
+           (SlotRows(good.values[:-1], good.exponents), ValueError, "slot_workspace.values"),
+           (SlotRows(good.values, good.exponents[:, :-16]), ValueError, "slot_workspace.exponents"),
+           (SlotRows(good.values, good.exponents.to(torch.uint8)), ValueError, "slot_workspace.exponents")]
+    for workspace, error, match in bad:
+        with pytest.raises(error, match=match):
+            ops.moe_down(a, p.down, p.routing, slot_workspace=workspace)

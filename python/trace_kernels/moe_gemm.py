@@ -30,7 +30,7 @@ from .codegen.ops import moe_gemm as codegen
 from .moe_gemm_ref import GateUpOutput, check_gemm_inputs
 from .moe_layout import MoEWeights
 from .moe_routing import MoERouting, token_tile_bound
-from .moe_slot_rows import SlotRows, decode_slot_rows, empty_slot_rows
+from .moe_slot_rows import SlotRows, check_slot_rows, decode_slot_rows, empty_slot_rows
 
 __all__ = ["empty_gate_up_output", "moe_combine", "moe_down", "moe_down_op", "moe_gate_up", "moe_gate_up_op", "moe_gemm",
            "moe_gemm_op", "tile_for_rows"]
@@ -309,6 +309,8 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
     empty_slot_rows(M, H, device), or a new one). The combine is a programmatic dependent launch of the GEMM
     (FOLLOW_UP_PDL), or with a v1 tile whose fused_combine is set, the GEMM's own epilogue (same bits;
     slot_workspace still holds the per-slot rows); pdl: see the module docstring."""
+    if slot_workspace is not None:  # (on CPU too: the reference ignores it, but a wrong one is still a caller's bug)
+        check_slot_rows(slot_workspace, a.shape[0], weights.n, "slot_workspace")
     if not a.is_cuda:
         return moe_gemm_ref.moe_down_ref(a, weights, routing, row_scale=row_scale)
     if routing.row_weight is None:
@@ -323,11 +325,7 @@ def moe_down(a: torch.Tensor, weights: MoEWeights, routing: MoERouting, *, row_s
     if validate and m and (int(routing.slot_rows.min()) < 0 or int(routing.slot_rows.max()) >= m):
         raise ValueError("routing.slot_rows values must lie in [0, M)")
     hidden = weights.n
-    ys = slot_workspace if slot_workspace is not None else empty_slot_rows(m, hidden, a.device)
-    if not isinstance(ys, SlotRows):
-        raise TypeError(f"slot_workspace must be a moe_slot_rows.SlotRows (empty_slot_rows), got {type(ys).__name__}")
-    _check_out(ys.values, (m, hidden), torch.float16, "slot_workspace.values")  # [M, H]
-    _check_out(ys.exponents, (m, hidden // 2), torch.int8, "slot_workspace.exponents")  # [M, H/2]
+    ys = slot_workspace if slot_workspace is not None else empty_slot_rows(m, hidden, a.device)  # (checked above)
     out = out if out is not None else torch.empty(t, hidden, dtype=torch.bfloat16, device=a.device)
     _check_out(out, (t, hidden), torch.bfloat16, "out")  # [T, H]
     _check_device_inputs({"out": out, "slot_workspace.values": ys.values,
@@ -359,10 +357,10 @@ def moe_combine(ys: SlotRows, slot_rows: torch.Tensor, *, validate: bool = True)
     slot_rows int32 [T, k] -> bf16 [T, H] (moe_down runs it after its GEMM). CPU tensors use the reference."""
     if not isinstance(ys, SlotRows):
         raise TypeError(f"ys must be a moe_slot_rows.SlotRows, got {type(ys).__name__}")
+    if ys.values.dim() != 2:
+        raise ValueError(f"ys.values must be float16 [M, H], got shape {list(ys.values.shape)}")
     m, hidden = ys.values.shape
-    _check_out(ys.exponents, (m, hidden // 2), torch.int8, "ys.exponents")
-    if ys.values.dtype != torch.float16 or hidden % 16:
-        raise ValueError(f"ys.values must be float16 [M, H] with H % 16 == 0, got {ys.values.dtype} {[m, hidden]}")
+    check_slot_rows(ys, m, hidden, "ys")
     if slot_rows.dim() != 2 or slot_rows.dtype != torch.int32:
         raise ValueError(f"slot_rows must be int32 [T, k], got {slot_rows.dtype} {list(slot_rows.shape)}")
     if validate and slot_rows.numel() and (int(slot_rows.min()) < 0 or int(slot_rows.max()) >= m):

@@ -16,11 +16,11 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["BLOCK", "SlotRows", "decode_slot_rows", "empty_slot_rows", "encode_slot_rows"]
+__all__ = ["BLOCK", "SlotRows", "check_slot_rows", "decode_slot_rows", "empty_slot_rows", "encode_slot_rows"]
 
 BLOCK = 16  # columns per block: 8 pairs (j, j + 8), one exponent each
 _EXPONENT_MIN, _EXPONENT_MAX = -126, 113  # 2^s and 2^-s both normal FP32 numbers
-_HEADROOM = 14  # the block amax's exponent minus s: FP16's largest finite is 65504 < 2^16
+_HEADROOM = 14  # the pair amax's exponent minus s: FP16's largest finite is 65504 < 2^16
 
 
 class SlotRows(NamedTuple):
@@ -34,6 +34,19 @@ def empty_slot_rows(rows: int, hidden: int, device: torch.device | str) -> SlotR
         raise ValueError(f"per-slot rows need H % {BLOCK} == 0, got H={hidden}")
     return SlotRows(torch.empty(rows, hidden, dtype=torch.float16, device=device),
                     torch.empty(rows, hidden // 2, dtype=torch.int8, device=device))
+
+
+def check_slot_rows(rows: SlotRows, m: int, hidden: int, name: str) -> None:
+    """Raise unless rows is a SlotRows of values fp16 [m, hidden] and exponents int8 [m, hidden / 2] (a clear error
+    before any launch; the ops check the device and alignment on their kernel path)."""
+    if not isinstance(rows, SlotRows):
+        raise TypeError(f"{name} must be a moe_slot_rows.SlotRows (empty_slot_rows), got {type(rows).__name__}")
+    if hidden % BLOCK:
+        raise ValueError(f"per-slot rows need H % {BLOCK} == 0, got H={hidden}")
+    for part, shape, dtype in (("values", (m, hidden), torch.float16), ("exponents", (m, hidden // 2), torch.int8)):
+        t = getattr(rows, part)
+        if tuple(t.shape) != shape or t.dtype != dtype:
+            raise ValueError(f"{name}.{part} must be {dtype} {list(shape)}, got {t.dtype} {list(t.shape)}")
 
 
 def _pow2(e: torch.Tensor) -> torch.Tensor:
