@@ -143,6 +143,44 @@ __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* tok
   }
 }
 
+// One warp's epilogue stores (v1's and ws's, every epilogue but SwigluQuant's last-CTA quantization) of its 16 weight
+// rows warp_row0 .. warp_row0 + 15 x TN token columns: accum(v0 + 2 v1 + 4 v2) is weight row warp_row0 + g + 8 v1,
+// token 2q + v0 + 8 v2 (g = lane / 4, q = lane % 4). SwiGLU weight rows are interleaved by 8: rows 16b..16b+7 gate,
+// 16b+8..16b+15 up of intermediate 8b..8b+7, so a thread holds the gate and up of intermediate warp_row0 / 2 + g.
+template <int N, int TN, Epilogue EPI, bool ROW_AMAX, class Accum>
+__device__ __forceinline__ void store_warp_tile(const MoEGemmParams& p, Accum accum, const float* token_scale,
+                                                const float* token_weight, int warp_row0, int row0, int rows_valid,
+                                                int lane) {
+  const int g = lane / 4, q = lane % 4;
+  if constexpr (EPI == Epilogue::RouterWeight) {  // the per-slot rows, as the combine reads them
+    slot_rows::store_warp_rows<TN, N>(accum, token_scale, token_weight, p.slot_values, p.slot_exponents, warp_row0,
+                                      row0, rows_valid, lane);
+  } else if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {  // as Swiglu, and each token row's amax folded
+    swiglu_store_fold_amax<TN, N / 2>(accum, token_scale, p.out, p.row_amax, warp_row0 / 2 + g, row0, rows_valid,
+                                      lane);
+  } else {
+    const int wrow = warp_row0 + g, inter = warp_row0 / 2 + g;  // (hoisted as before: the same SASS)
+#pragma unroll
+    for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+      for (int v0 = 0; v0 < 2; ++v0) {
+        const int n = 2 * q + v0 + 8 * v2;
+        if (n >= rows_valid) continue;
+        const int m = row0 + n;
+        const float scale = token_scale[n];
+        const float y0 = accum(v0 + 4 * v2) * scale;      // row warp_row0 + g
+        const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row warp_row0 + g + 8
+        if constexpr (EPI == Epilogue::Plain) {
+          p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
+          p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
+        } else {  // Swiglu, SwigluQuant without ROW_AMAX
+          p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(silu(y0) * y1);
+        }
+      }
+    }
+  }
+}
+
 // The single wgmma instruction m64nNNk16 f32.bf16.bf16 with A from registers (CuTe's rs_op_selector would tile
 // N = 24, 40, ... with narrower instructions).
 template <int NN>
@@ -680,39 +718,9 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   }
   detail::cp_async_wait<0>();
 
-  // ---- epilogue: accum(v0 + 2*v1 + 4*v2) is (weight row 16*warp + g + 8*v1, token 2*q + v0 + 8*v2) ----
-  const int q = lane % 4;
-  const int wrow = wt * kBlockRows + wg * 64 + warp_in_wg * 16 + g;  // v1 adds 8
-#pragma unroll
-  for (int v2 = 0; v2 < TN / 8; ++v2) {
-#pragma unroll
-    for (int v0 = 0; v0 < 2; ++v0) {
-      const int n = 2 * q + v0 + 8 * v2;
-      if (n >= rows_valid) continue;
-      const int m = row0 + n;
-      const float scale = token_scale[n];
-      const float y0 = accum(v0 + 4 * v2) * scale;      // row wrow
-      const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row wrow + 8
-      if constexpr (EPI == Epilogue::Plain) {
-        p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
-        p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
-      } else if constexpr (EPI == Epilogue::Swiglu || (EPI == Epilogue::SwigluQuant && !ROW_AMAX)) {
-        // interleaved gate/up: rows 16b..16b+7 gate, 16b+8..16b+15 up of intermediate 8b..8b+7
-        const int inter = (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g;
-        p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
-      }
-    }
-  }
-  if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {  // as Swiglu, and each token row's amax folded
-    detail::swiglu_store_fold_amax<TN, N / 2>([&](int j) { return accum(j); }, token_scale, p.out, p.row_amax,
-                                              (wt * kBlockRows + wg * 64 + warp_in_wg * 16) / 2 + g, row0, rows_valid,
-                                              lane);
-  }
-  if constexpr (EPI == Epilogue::RouterWeight) {  // the per-slot rows, as the combine reads them
-    slot_rows::store_warp_rows<TN, N>([&](int j) { return accum(j); }, token_scale, token_weight, p.slot_values,
-                                      p.slot_exponents, wt * kBlockRows + wg * 64 + warp_in_wg * 16, row0, rows_valid,
-                                      lane);
-  }
+  // ---- epilogue: this warp's 16 weight rows x TN tokens (store_warp_tile) ----
+  detail::store_warp_tile<N, TN, EPI, ROW_AMAX>(p, [&](int j) { return accum(j); }, token_scale, token_weight,
+                                                wt * kBlockRows + wg * 64 + warp_in_wg * 16, row0, rows_valid, lane);
 
   if constexpr (COMBINE_TOPK > 0) {
     // src_rows is free again: the main loop's activation copies have read it

@@ -289,7 +289,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   const int num_items = items();
   const int wg = tid / 128;
   const int warp_in_wg = (tid % 128) / 32;
-  const int g = lane / 4, q = lane % 4;
+  const int g = lane / 4;
   using MmaOp = decltype(SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<TN>, _16>>());
   TiledMMA tiled_mma = make_tiled_mma(MmaOp{});
   auto thr_mma = tiled_mma.get_thread_slice(tid % 128);
@@ -374,38 +374,12 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       }
     }
 
-    // ---- epilogue (as v1; token scales from the producer's slot) ----
+    // ---- epilogue (v1's store_warp_tile; token scales from the producer's slot) ----
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      const int tile_row = wt * kBlockRows + (wg * MT + mt) * 64 + warp_in_wg * 16;
-      const int wrow = tile_row + g;  // v1 adds 8
-#pragma unroll
-      for (int v2 = 0; v2 < TN / 8; ++v2) {
-#pragma unroll
-        for (int v0 = 0; v0 < 2; ++v0) {
-          const int n = 2 * q + v0 + 8 * v2;
-          if (n >= rows_valid) continue;
-          const int m = row0 + n;
-          const float scale = tok_scale[n];
-          const float y0 = accum(v0 + 4 * v2, mt, 0) * scale;      // row wrow
-          const float y1 = accum(v0 + 2 + 4 * v2, mt, 0) * scale;  // row wrow + 8
-          if constexpr (EPI == Epilogue::Plain) {
-            p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
-            p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
-          } else if constexpr (EPI == Epilogue::Swiglu || (EPI == Epilogue::SwigluQuant && !ROW_AMAX)) {
-            const int inter = tile_row / 2 + g;
-            p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(detail::silu(y0) * y1);
-          }
-        }
-      }
-      if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {  // as Swiglu, and each token row's amax folded
-        detail::swiglu_store_fold_amax<TN, N / 2>([&](int j) { return accum(j, mt, 0); }, tok_scale, p.out,
-                                                  p.row_amax, tile_row / 2 + g, row0, rows_valid, lane);
-      }
-      if constexpr (EPI == Epilogue::RouterWeight) {  // the per-slot rows, as the combine reads them
-        slot_rows::store_warp_rows<TN, N>([&](int j) { return accum(j, mt, 0); }, tok_scale, tok_weight,
-                                          p.slot_values, p.slot_exponents, tile_row, row0, rows_valid, lane);
-      }
+      detail::store_warp_tile<N, TN, EPI, ROW_AMAX>(p, [&](int j) { return accum(j, mt, 0); }, tok_scale, tok_weight,
+                                                    wt * kBlockRows + (wg * MT + mt) * 64 + warp_in_wg * 16, row0,
+                                                    rows_valid, lane);
     }
     ws::mbar_arrive(&tok_free[local & 1]);  // this thread is done with the slot
     if constexpr (ASYNC_EPI) {
