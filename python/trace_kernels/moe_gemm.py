@@ -294,8 +294,7 @@ def moe_gate_up(a: torch.Tensor, weights: MoEWeights, offsets: torch.Tensor, *, 
 
 @functools.lru_cache(maxsize=None)
 def _combine_plan(hidden: int, top_k: int):
-    # the combine depends on H and k alone (the other dims only complete the MoEDims)
-    spec = codegen.combine_spec(codegen.MoEDims(experts=1, hidden=hidden, intermediate=hidden, top_k=top_k))
+    spec = codegen.combine_spec_for(hidden, top_k)
     return spec, _kernel(spec)
 
 

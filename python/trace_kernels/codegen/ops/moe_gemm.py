@@ -744,11 +744,16 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
 
 def combine_spec(shape: "ModelShape | MoEDims") -> KernelSpec:
     shape = MoEDims.of(shape)
-    name = kernel_name("moe_combine", "f16pair", "bf16", dims={"h": shape.hidden, "k": shape.top_k})
+    return combine_spec_for(shape.hidden, shape.top_k)
+
+
+def combine_spec_for(hidden: int, top_k: int) -> KernelSpec:
+    """The combine kernel depends on H and k alone (moe_combine's call knows no other dim)."""
+    name = kernel_name("moe_combine", "f16pair", "bf16", dims={"h": hidden, "k": top_k})
     threads = 256
-    params = {"hidden": shape.hidden, "top_k": shape.top_k, "threads": threads}
+    params = {"hidden": hidden, "top_k": top_k, "threads": threads}
     return KernelSpec(op="moe_gemm", name=name, template="moe_combine.cu.jinja", params=params,
-                      launch={"threads": threads, "hidden": shape.hidden, "top_k": shape.top_k},
+                      launch={"threads": threads, "hidden": hidden, "top_k": top_k},
                       headers=HEADERS, needs_cutlass=True)
 
 
