@@ -30,10 +30,14 @@ class SlotRows(NamedTuple):
 
 def empty_slot_rows(rows: int, hidden: int, device: torch.device | str) -> SlotRows:
     """The workspace moe_down writes its per-slot rows into ([rows, hidden] and [rows, hidden / 2])."""
-    if hidden % BLOCK:
-        raise ValueError(f"per-slot rows need H % {BLOCK} == 0, got H={hidden}")
+    _check_hidden(hidden)
     return SlotRows(torch.empty(rows, hidden, dtype=torch.float16, device=device),
                     torch.empty(rows, hidden // 2, dtype=torch.int8, device=device))
+
+
+def _check_hidden(hidden: int) -> None:
+    if hidden % BLOCK:
+        raise ValueError(f"per-slot rows need H % {BLOCK} == 0, got H={hidden}")
 
 
 def check_slot_rows(rows: SlotRows, m: int, hidden: int, name: str) -> None:
@@ -41,8 +45,7 @@ def check_slot_rows(rows: SlotRows, m: int, hidden: int, name: str) -> None:
     before any launch; the ops check the device and alignment on their kernel path)."""
     if not isinstance(rows, SlotRows):
         raise TypeError(f"{name} must be a moe_slot_rows.SlotRows (empty_slot_rows), got {type(rows).__name__}")
-    if hidden % BLOCK:
-        raise ValueError(f"per-slot rows need H % {BLOCK} == 0, got H={hidden}")
+    _check_hidden(hidden)
     for part, shape, dtype in (("values", (m, hidden), torch.float16), ("exponents", (m, hidden // 2), torch.int8)):
         t = getattr(rows, part)
         if tuple(t.shape) != shape or t.dtype != dtype:
