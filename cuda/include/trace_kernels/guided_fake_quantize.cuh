@@ -467,6 +467,37 @@ __device__ __forceinline__ void flush_counters_cta(unsigned long long* __restric
   }
 }
 
+// The end of a pass (v3's and v4's loops): the slots guided_block_v3 declined (bit k of `slow`: slot k, rare) on the
+// exact per-element path, reloaded from memory, then the pass's packed counters folded into the lane's.
+template <class Cfg, bool kFull>
+__device__ __forceinline__ void guided_pass_tail(
+    uint32_t slow, const GuidedCountsV3& packed, int64_t first, bool count, const typename Cfg::T* __restrict__ x,
+    const float* __restrict__ row_scales, const uint8_t* __restrict__ block_scales,
+    const uint8_t* __restrict__ mantissa_bits, const uint8_t* __restrict__ rollout_codes,
+    typename Cfg::T* __restrict__ out, uint32_t* __restrict__ status, uint32_t& n_elems, uint32_t& n_changed,
+    uint32_t& n_guided_eq, uint32_t& n_nearest_eq) {
+  constexpr int kBlocksPerRow = Cfg::D / nvfp4::kBlock;
+#pragma unroll 1
+  for (; slow != 0; slow &= slow - 1) {
+    const int64_t blk = first + static_cast<int64_t>(__ffs(slow) - 1) * Cfg::CTA;
+    const float d_blk = nvfp4::e4m3_to_float(block_scales[blk]) * row_scales[blk / kBlocksPerRow];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      Vec8<typename Cfg::T> half;
+      half.load(x + blk * 16 + 8 * h);
+      const uint32_t g8 = kFull ? reinterpret_cast<const uint32_t*>(rollout_codes)[2 * blk + h]
+                                : mantissa_bits[2 * blk + h];
+      guided_half_block_exact<Cfg>(half, g8, d_blk, kFull, count, 2 * blk + h, out, status, n_elems, n_changed,
+                                   n_guided_eq, n_nearest_eq);
+    }
+  }
+  if (count) {  // at most 8 * kSlots per lane per pass: no overflow
+    n_changed += lane_sum(packed.changed);
+    n_guided_eq += lane_sum(packed.guided_eq);
+    n_nearest_eq += lane_sum(packed.nearest_eq);
+  }
+}
+
 template <class Cfg, bool kFull>
 __device__ __forceinline__ void guided_fake_quantize_rows_v3(
     const typename Cfg::T* __restrict__ x, const float* __restrict__ row_scales,
@@ -506,25 +537,8 @@ __device__ __forceinline__ void guided_fake_quantize_rows_v3(
         else slow |= 1u << k;
       }
     }
-#pragma unroll 1
-    for (; slow != 0; slow &= slow - 1) {
-      const int64_t blk = first + static_cast<int64_t>(__ffs(slow) - 1) * Cfg::CTA;
-      const float d_blk = nvfp4::e4m3_to_float(block_scales[blk]) * row_scales[blk / kBlocksPerRow];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        Vec8<T> half;
-        half.load(x + blk * 16 + 8 * h);
-        const uint32_t g8 = kFull ? reinterpret_cast<const uint32_t*>(rollout_codes)[2 * blk + h]
-                                  : mantissa_bits[2 * blk + h];
-        guided_half_block_exact<Cfg>(half, g8, d_blk, kFull, count, 2 * blk + h, out, status, n_elems, n_changed,
-                                     n_guided_eq, n_nearest_eq);
-      }
-    }
-    if (count) {  // at most 8 * kSlots per lane per pass: no overflow
-      n_changed += lane_sum(packed.changed);
-      n_guided_eq += lane_sum(packed.guided_eq);
-      n_nearest_eq += lane_sum(packed.nearest_eq);
-    }
+    guided_pass_tail<Cfg, kFull>(slow, packed, first, count, x, row_scales, block_scales, mantissa_bits,
+                                 rollout_codes, out, status, n_elems, n_changed, n_guided_eq, n_nearest_eq);
   }
   if (count) {
     const uint32_t n[4] = {n_elems, n_changed, n_guided_eq, n_nearest_eq};

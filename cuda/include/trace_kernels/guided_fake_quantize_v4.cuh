@@ -64,7 +64,6 @@ __device__ __forceinline__ void guided_compute_pass_v4(
     const uint8_t* __restrict__ mantissa_bits, const uint8_t* __restrict__ rollout_codes,
     typename Cfg::T* __restrict__ out, uint32_t* __restrict__ status, uint32_t& n_elems, uint32_t& n_changed,
     uint32_t& n_guided_eq, uint32_t& n_nearest_eq) {
-  using T = typename Cfg::T;
   GuidedCountsV3 packed;
   uint32_t slow = 0;  // slots left to the exact per-element path (rare: reloaded below)
 #pragma unroll
@@ -76,25 +75,8 @@ __device__ __forceinline__ void guided_compute_pass_v4(
       else slow |= 1u << k;
     }
   }
-#pragma unroll 1
-  for (; slow != 0; slow &= slow - 1) {
-    const int64_t blk = first + static_cast<int64_t>(__ffs(slow) - 1) * Cfg::CTA;
-    const float d_blk = nvfp4::e4m3_to_float(block_scales[blk]) * row_scales[blk / Cfg::kBlocksPerRow];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      Vec8<T> half;
-      half.load(x + blk * 16 + 8 * h);
-      const uint32_t g8 = kFull ? reinterpret_cast<const uint32_t*>(rollout_codes)[2 * blk + h]
-                                : mantissa_bits[2 * blk + h];
-      guided_half_block_exact<Cfg>(half, g8, d_blk, kFull, count, 2 * blk + h, out, status, n_elems, n_changed,
-                                   n_guided_eq, n_nearest_eq);
-    }
-  }
-  if (count) {  // at most 8 * kSlots per lane per pass: no overflow
-    n_changed += lane_sum(packed.changed);
-    n_guided_eq += lane_sum(packed.guided_eq);
-    n_nearest_eq += lane_sum(packed.nearest_eq);
-  }
+  guided_pass_tail<Cfg, kFull>(slow, packed, first, count, x, row_scales, block_scales, mantissa_bits, rollout_codes,
+                               out, status, n_elems, n_changed, n_guided_eq, n_nearest_eq);
 }
 
 template <class Cfg, bool kFull>

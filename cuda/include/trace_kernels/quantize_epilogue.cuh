@@ -114,44 +114,27 @@ __device__ __forceinline__ float half_block_amax(const float (&x)[8]) {
 // nonzero a - t is a multiple of the smallest subnormal, so rounding cannot reach zero, and a flush
 // to zero would keep the sign): its sign bit is set exactly when a < t. Finite a only.
 // ---------------------------------------------------------------------------------------------
-template <typename T>
-struct Pair16;
-
-template <>
-struct Pair16<__nv_bfloat16> {
-  static __device__ __forceinline__ uint32_t round_up_pair(float x) {
-    const __nv_bfloat16 b = __float2bfloat16_ru(x);
-    return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&b)) * 0x00010001u;
-  }
+template <typename T>  // __nv_bfloat16 or __half
+struct Pair16 {
+  using V = Vec8<T>;
+  // RU16(x) in both halves
+  static __device__ __forceinline__ uint32_t round_up_pair(float x) { return both_halves(round16<true>(x)); }
   static __device__ __forceinline__ uint32_t ge(uint32_t a, uint32_t b) {
-    return __hge2_mask(Vec8<__nv_bfloat16>::as_pair(a), Vec8<__nv_bfloat16>::as_pair(b));
+    return __hge2_mask(V::as_pair(a), V::as_pair(b));
   }
   // -RU16(x) in both halves (RD16(-x))
-  static __device__ __forceinline__ uint32_t negated_round_up_pair(float x) {
-    const __nv_bfloat16 b = __float2bfloat16_rd(-x);
-    return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&b)) * 0x00010001u;
-  }
-  // |w| per half as abs.bf16x2 (not a mask): ptxas may fold it into the compares' operands
-  static __device__ __forceinline__ uint32_t abs(uint32_t w) {
-    return Vec8<__nv_bfloat16>::bits(__habs2(Vec8<__nv_bfloat16>::as_pair(w)));
-  }
-};
+  static __device__ __forceinline__ uint32_t negated_round_up_pair(float x) { return both_halves(round16<false>(-x)); }
+  // |w| per half as abs.bf16x2 / abs.f16x2 (not a mask): ptxas may fold it into the compares' operands
+  static __device__ __forceinline__ uint32_t abs(uint32_t w) { return V::bits(__habs2(V::as_pair(w))); }
 
-template <>
-struct Pair16<__half> {
-  static __device__ __forceinline__ uint32_t round_up_pair(float x) {
-    const __half h = __float2half_ru(x);
+ private:
+  template <bool kUp>  // x rounded up (RU16) or down (RD16) to T
+  static __device__ __forceinline__ T round16(float x) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) return kUp ? __float2bfloat16_ru(x) : __float2bfloat16_rd(x);
+    else return kUp ? __float2half_ru(x) : __float2half_rd(x);
+  }
+  static __device__ __forceinline__ uint32_t both_halves(T h) {
     return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&h)) * 0x00010001u;
-  }
-  static __device__ __forceinline__ uint32_t ge(uint32_t a, uint32_t b) {
-    return __hge2_mask(Vec8<__half>::as_pair(a), Vec8<__half>::as_pair(b));
-  }
-  static __device__ __forceinline__ uint32_t negated_round_up_pair(float x) {
-    const __half h = __float2half_rd(-x);
-    return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&h)) * 0x00010001u;
-  }
-  static __device__ __forceinline__ uint32_t abs(uint32_t w) {
-    return Vec8<__half>::bits(__habs2(Vec8<__half>::as_pair(w)));
   }
 };
 

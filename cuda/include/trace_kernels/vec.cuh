@@ -14,35 +14,38 @@ struct Vec8;  // 8 contiguous elements of T, loaded with 16-byte accesses
 // fold_pair let a caller fold several Vec8s before the one FP32 conversion).
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t u16) { return __uint_as_float(u16 << 16); }
 
-template <>
-struct Vec8<__nv_bfloat16> {
-  uint4 raw;  // 8 x bf16
-  __device__ __forceinline__ void load(const __nv_bfloat16* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ void load_stream(const __nv_bfloat16* p) {
-    raw = __ldcs(reinterpret_cast<const uint4*>(p));
-  }
+// The members Vec8<__nv_bfloat16> and Vec8<__half> share: the 16-byte accesses and the packed (max.NaN) abs max.
+template <typename T, typename Pair>
+struct Vec8Packed16 {
+  uint4 raw;  // 8 x T
+  __device__ __forceinline__ void load(const T* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void load_stream(const T* p) { raw = __ldcs(reinterpret_cast<const uint4*>(p)); }
   __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
   // max |x| of the 8 elements as a packed pair (max.NaN per half; both halves still to be folded)
   __device__ __forceinline__ uint32_t abs_max_pair() const {
-    __nv_bfloat162 m = __hmax2_nan(__habs2(as_pair(raw.x)), __habs2(as_pair(raw.y)));
+    Pair m = __hmax2_nan(__habs2(as_pair(raw.x)), __habs2(as_pair(raw.y)));
     m = __hmax2_nan(m, __habs2(as_pair(raw.z)));
     return bits(__hmax2_nan(m, __habs2(as_pair(raw.w))));
   }
   static __device__ __forceinline__ uint32_t max_pair(uint32_t a, uint32_t b) {
     return bits(__hmax2_nan(as_pair(a), as_pair(b)));
   }
-  // max of a pair's two halves (NaN wins) as FP32: exact, one swap, one packed max, one shift
+  // max of a pair's two halves (NaN wins) as FP32: exact, one swap, one packed max, one conversion
   static __device__ __forceinline__ float fold_pair(uint32_t m) {
-    const __nv_bfloat162 p = as_pair(m);
+    const Pair p = as_pair(m);
     return __low2float(__hmax2_nan(p, __lowhigh2highlow(p)));
   }
   __device__ __forceinline__ float abs_max() const { return fold_pair(abs_max_pair()); }
-  static __device__ __forceinline__ uint32_t bits(__nv_bfloat162 p) { return *reinterpret_cast<const uint32_t*>(&p); }
-  static __device__ __forceinline__ __nv_bfloat162 as_pair(uint32_t u) {
-    __nv_bfloat162 p;
+  static __device__ __forceinline__ uint32_t bits(Pair p) { return *reinterpret_cast<const uint32_t*>(&p); }
+  static __device__ __forceinline__ Pair as_pair(uint32_t u) {
+    Pair p;
     *reinterpret_cast<uint32_t*>(&p) = u;
     return p;
   }
+};
+
+template <>
+struct Vec8<__nv_bfloat16> : Vec8Packed16<__nv_bfloat16, __nv_bfloat162> {
   __device__ __forceinline__ void to_float(float (&f)[8]) const {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
@@ -54,37 +57,12 @@ struct Vec8<__nv_bfloat16> {
 };
 
 template <>
-struct Vec8<__half> {
-  uint4 raw;
-  __device__ __forceinline__ void load(const __half* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ void load_stream(const __half* p) { raw = __ldcs(reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
-  static __device__ __forceinline__ __half2 as_pair(uint32_t u) {
-    __half2 p;
-    *reinterpret_cast<uint32_t*>(&p) = u;
-    return p;
-  }
-  __device__ __forceinline__ uint32_t abs_max_pair() const {  // as Vec8<__nv_bfloat16>
-    __half2 m = __hmax2_nan(__habs2(as_pair(raw.x)), __habs2(as_pair(raw.y)));
-    m = __hmax2_nan(m, __habs2(as_pair(raw.z)));
-    return bits(__hmax2_nan(m, __habs2(as_pair(raw.w))));
-  }
-  static __device__ __forceinline__ uint32_t max_pair(uint32_t a, uint32_t b) {
-    return bits(__hmax2_nan(as_pair(a), as_pair(b)));
-  }
-  static __device__ __forceinline__ float fold_pair(uint32_t m) {
-    const __half2 p = as_pair(m);
-    return __low2float(__hmax2_nan(p, __lowhigh2highlow(p)));
-  }
-  __device__ __forceinline__ float abs_max() const { return fold_pair(abs_max_pair()); }
-  static __device__ __forceinline__ uint32_t bits(__half2 p) { return *reinterpret_cast<const uint32_t*>(&p); }
+struct Vec8<__half> : Vec8Packed16<__half, __half2> {
   __device__ __forceinline__ void to_float(float (&f)[8]) const {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      __half2 h;
-      *reinterpret_cast<uint32_t*>(&h) = w[i];
-      const float2 v = __half22float2(h);
+      const float2 v = __half22float2(as_pair(w[i]));
       f[2 * i] = v.x;
       f[2 * i + 1] = v.y;
     }
