@@ -130,13 +130,7 @@ def test_decode_attention_matches_reference(cache_format, variant, lengths, hq, 
     out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant)
     ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
     out = out.float()
-    assert torch.isfinite(out).all()
-    err = (out - ref).abs()
-    # FP32 in both, different summation order; each then rounded to BF16 (one ulp = 2^-8 relative).
-    # The softmax weights enter the P.V product in FP16 (NVFP4, 2^-11) / BF16 (2^-8) each.
-    slack = 2e-3 * (4 if (cache_format, variant) == ("bf16", "mma") else 1)
-    bound = ref.abs() * 2**-7 + slack * ref.abs().amax(dim=-1, keepdim=True)
-    assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+    _assert_within_decode_bound(out, ref, 2e-3 * (4 if (cache_format, variant) == ("bf16", "mma") else 1))
     rel = float((out - ref).norm() / ref.norm())
     assert rel < (6e-3 if (cache_format, variant) == ("bf16", "mma") else 3e-3), rel
 
@@ -152,6 +146,18 @@ def test_decode_attention_vs_naive_fp64_and_softmax_scale(variant):
 
 
 @functools.lru_cache(maxsize=1)
+def _assert_within_decode_bound(out: torch.Tensor, ref: torch.Tensor, slack: float = 2e-3,
+                                what: str = "") -> torch.Tensor:
+    """out finite and within 2^-7 of ref per element plus `slack` of its row's largest |ref|; returns the bound.
+    FP32 in both, different summation order, each then rounded to BF16 (one ulp = 2^-8 relative); the softmax
+    weights enter the P.V product in FP16 (NVFP4 pages, 2^-11) / BF16 (2^-8) each."""
+    assert torch.isfinite(out).all(), what
+    err = (out - ref).abs()
+    bound = ref.abs() * 2**-7 + slack * ref.abs().amax(dim=-1, keepdim=True)
+    assert (err <= bound).all(), f"{what} max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+    return bound
+
+
 def _growing_scores_case(lengths, hq, hkv, d, p, seed):
     """K magnitudes grow ~200x along each sequence, so a tile's max score often exceeds the running
     max by far more than 2^8 (the rescale path of every variant, mma4l's lazy one included), plus
@@ -181,10 +187,7 @@ def test_decode_attention_growing_scores_and_special_rows(variant, num_splits):
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
     out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
     ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
-    assert torch.isfinite(out).all()
-    err = (out - ref).abs()
-    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
-    assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+    _assert_within_decode_bound(out, ref)
 
 
 SWEEP_CASES = [  # lengths, Hq, Hkv, D, P: one per CONFIG_TEST_SHAPES
@@ -203,10 +206,7 @@ def test_sweep_config_matches_reference(variant, lengths, hq, hkv, d, p, num_spl
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
     out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
     ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
-    assert torch.isfinite(out).all()
-    err = (out - ref).abs()
-    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
-    assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+    _assert_within_decode_bound(out, ref)
     assert float((out - ref).norm() / ref.norm()) < 3e-3
 
 
@@ -218,9 +218,7 @@ def test_sweep_config_growing_scores(variant):
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
     out = attention.decode_attention(q, k_dev, v_dev, table, lens, variant=variant).float()
     ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
-    assert torch.isfinite(out).all()
-    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
-    assert ((out - ref).abs() <= bound).all()
+    _assert_within_decode_bound(out, ref)
 
 
 WIDE_VARIANTS = decode_attention_codegen.WIDE_TEST_VARIANTS
@@ -241,10 +239,7 @@ def test_wide_variant_matches_reference(variant, lengths, hq, hkv, d, p, num_spl
     q, table, lens = case.q.to(DEV), case.block_table.to(DEV), case.lengths.to(DEV)
     out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
     ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
-    assert torch.isfinite(out).all()
-    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
-    err = (out - ref).abs()
-    assert (err <= bound).all(), f"max err {float(err.max())}, {int((err > bound).sum())} elements out of bound"
+    bound = _assert_within_decode_bound(out, ref)
     assert float((out - ref).norm() / ref.norm()) < 3e-3
     narrow = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant="mma4l").float()
     assert ((out - narrow).abs() <= 2 * bound).all()
@@ -259,9 +254,7 @@ def test_wide_variant_growing_scores_and_special_rows(variant):
     for num_splits in (None, 1):
         out = attention.decode_attention(q, k_dev, v_dev, table, lens, num_splits=num_splits, variant=variant).float()
         ref = attention.decode_attention_reference(q, k_dev, v_dev, table, lens).float()
-        assert torch.isfinite(out).all()
-        bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
-        assert ((out - ref).abs() <= bound).all(), num_splits
+        _assert_within_decode_bound(out, ref, what=f"num_splits={num_splits}")
 
 
 @pytest.mark.parametrize("num_splits", [None, 3])
@@ -286,9 +279,7 @@ def test_decode_ignores_bytes_past_the_end(variant, lengths, hq, hkv, d, p, num_
     assert int((table.cpu() == kv_testing.UNUSED_PAGE).sum()) > 0  # ids past the pages: never read
     out = attention.decode_attention(q, dirty_k, dirty_v, table, lens, num_splits=num_splits, variant=variant,
                                      check_values=False).float()
-    assert torch.isfinite(out).all()
-    bound = ref.abs() * 2**-7 + 2e-3 * ref.abs().amax(dim=-1, keepdim=True)
-    assert ((out - ref).abs() <= bound).all()
+    _assert_within_decode_bound(out, ref)
 
 
 @pytest.mark.parametrize("variant", [None, "mma2_w2s2"])
