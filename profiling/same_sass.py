@@ -7,6 +7,8 @@ before and into another from the tree after (prebuild_device_caches.py --cache D
 then compare. Each kernel name found in both caches (the newest entry of each) is disassembled with nvdisasm and
 compared instruction by instruction, with addresses, encodings and comments dropped; the output lists the names
 whose SASS differs and those found in only one cache. Exit status 1 when any differs, so a script can gate on it.
+--opcodes adds, under each kernel that differs, its instruction counts and whether its opcodes are the same in the same
+counts (a rescheduling or register renaming keeps them; new arithmetic does not).
 nvdisasm ships in CUDA's pip wheel nvidia-cuda-nvdisasm (unzip it anywhere; do not install it into the project's venv).
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+from collections import Counter
 import subprocess
 import sys
 from pathlib import Path
@@ -54,12 +57,24 @@ def sass(cubin: Path, nvdisasm: str) -> list[str]:
     return lines
 
 
+def opcodes(instructions: list[str]) -> Counter:
+    """How often each opcode (with its modifiers, without a guard predicate) stands in the instructions."""
+    return Counter(next(t for t in line.split() if not t.startswith("@")) for line in instructions)
+
+
+def opcode_summary(before: list[str], after: list[str]) -> str:
+    same = "yes" if opcodes(before) == opcodes(after) else "no"
+    return f"  {len(before)} -> {len(after)} instructions, the same opcodes in the same counts: {same}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("before", type=Path, help="the JIT cache (TRACE_KERNELS_CACHE_DIR) of the tree before the change")
     parser.add_argument("after", type=Path, help="the JIT cache of the tree after it")
     parser.add_argument("--match", default="", help="compare only kernel names containing this text")
     parser.add_argument("--nvdisasm", default=shutil.which("nvdisasm") or "nvdisasm")
+    parser.add_argument("--opcodes", action="store_true",
+                        help="under each kernel that differs: instruction counts, and whether the opcodes match")
     args = parser.parse_args(argv)
 
     before, after = newest_cubins(args.before, args.match), newest_cubins(args.after, args.match)
@@ -67,9 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     if not both:
         print("no kernel name is in both caches")
         return 1
-    differ = [name for name in both if sass(before[name], args.nvdisasm) != sass(after[name], args.nvdisasm)]
-    for name in differ:
-        print(f"differs: {name}")
+    differ = []
+    for name in both:
+        code_before, code_after = sass(before[name], args.nvdisasm), sass(after[name], args.nvdisasm)
+        if code_before != code_after:
+            differ.append(name)
+            print(f"differs: {name}")
+            if args.opcodes:
+                print(opcode_summary(code_before, code_after))
     for name in sorted(before.keys() - after.keys()):
         print(f"only before: {name}")
     for name in sorted(after.keys() - before.keys()):

@@ -57,3 +57,17 @@ def test_drops_addresses_encodings_and_labels(tmp_path):
     cubin = tmp_path / "v1" / "k-key" / "kernel.cubin"
     assert same_sass.sass(cubin, _fake_nvdisasm(tmp_path)) == ["LDC R1, c[0x0][0x28] ;", "@!P0 BRA `(.L_x_0) ;",
                                                                "EXIT ;"]
+
+
+def test_opcodes_tell_renamed_registers_from_new_arithmetic(tmp_path, capsys):
+    before, after = tmp_path / "before", tmp_path / "after"
+    _entry(before, "renamed", "k1", "2026-12-06T10:00:00Z", "@P0 IADD3 R2, R3, 0x1, RZ")
+    _entry(after, "renamed", "k2", "2026-12-06T11:00:00Z", "@P1 IADD3 R4, R3, 0x1, RZ")  # other guard and registers
+    _entry(before, "rewritten", "k3", "2026-12-06T10:00:00Z", "IADD3 R2, R3, 0x1, RZ")
+    _entry(after, "rewritten", "k4", "2026-12-06T11:00:00Z", "IMAD R2, R3, 0x2, RZ")
+    nvdisasm = _fake_nvdisasm(tmp_path)
+    assert same_sass.main([str(before), str(after), "--opcodes", "--nvdisasm", nvdisasm]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "differs: renamed", "  3 -> 3 instructions, the same opcodes in the same counts: yes",
+        "differs: rewritten", "  3 -> 3 instructions, the same opcodes in the same counts: no",
+        "0 of 2 kernels have the same SASS"]
