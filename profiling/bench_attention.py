@@ -347,7 +347,8 @@ def print_decode_table(rows: list, contenders: list) -> None:
             r = row.get(name, {})
             if "ms" in r:
                 print(f"{row['batch']:>5} {row['length']:>7} | {name:>15} {r['ms']:.3f} ms {r['tb_per_s']:.2f} TB/s "
-                      f"{r['fraction_of_copy']:.1%} of copy, {r.get('speedup_vs_sdpa', float('nan')):.2f}x SDPA"
+                      f"{r['fraction_of_copy']:.1%} of copy"
+                      + (f", {r['speedup_vs_sdpa']:.2f}x SDPA" if "speedup_vs_sdpa" in r else "")
                       + (f" | {r['ctas_per_sm']} CTAs/SM x {r['threads']} thr, {r['splits']} splits x "
                          f"{r['tiles_per_split']} tiles, {r['ctas']} CTAs" if "ctas_per_sm" in r else ""))
             elif name in row:
@@ -409,7 +410,20 @@ def build_kernels(jobs: int, nvfp4_variants: list[str] = (), named_only: bool = 
     return ok
 
 
-def main() -> None:
+def recorded_command(args: argparse.Namespace) -> str:
+    """The command line that repeats this run: every option with its value, flags only when set, options left at
+    None (their default: the library's choice) omitted, so that the line parses back to the same arguments."""
+    words = ["python", "profiling/bench_attention.py"]
+    for name, value in vars(args).items():
+        option = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words += [option] if value else []
+        elif value is not None:
+            words += [option, shlex.quote(str(value))]
+    return " ".join(words)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="profiling/results/attention_h200.json")
     parser.add_argument("--fill-gb", type=float, default=40.0, help="NVFP4 cache size of the memory-filling case")
@@ -449,6 +463,11 @@ def main() -> None:
     parser.add_argument("--decode-pdl", type=int, choices=(0, 1), default=None,
                         help="launch the decode kernels as programmatic dependents (1) or not (0); default: the "
                              "library's (attention.DECODE_PDL)")
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     try:
         set_heads(args.heads)
@@ -511,9 +530,7 @@ def main() -> None:
     rows = []
     result = {"gpu": props.name, "date": utc_now(),
               "commit": git_commit(), "torch": torch.__version__,
-              "command": "python profiling/bench_attention.py " + " ".join(
-                  f"--{k.replace('_', '-')} {shlex.quote(str(v))}" if not isinstance(v, bool) else (f"--{k.replace('_', '-')}" if v else "")
-                  for k, v in vars(args).items()).strip(),
+              "command": recorded_command(args),
               "shape": {"hq": HQ, "hkv": HKV, "d": D, "page": P}, "copy_tb_per_s": copy_bw / 1e12,
               "copy_variants_tb_per_s": {k: v / 1e12 for k, v in copies.items()}, "decode": rows}
     for batch, length in cases:

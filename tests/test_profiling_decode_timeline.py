@@ -79,6 +79,23 @@ def test_bench_attention_heads_option(monkeypatch):
             bench_attention.set_heads(bad)
 
 
+def test_bench_attention_recorded_command_parses_back():
+    """The command a bench_attention JSON records repeats the run: it parses back to the same arguments, with the
+    options left at None (the library's choice) omitted instead of written as an unparsable 'None'."""
+    import shlex
+
+    import bench_attention
+    parser = bench_attention.build_parser()
+    for argv in (["--fill-gb", "23", "--nvfp4-variants", "mma4l"],
+                 ["--decode-only", "--decode-pdl", "0", "--heads", "64x4x128x16", "--splits", "16,32"]):
+        args = parser.parse_args(argv)
+        words = shlex.split(bench_attention.recorded_command(args))
+        assert words[:2] == ["python", "profiling/bench_attention.py"]
+        assert parser.parse_args(words[2:]) == args
+        assert ("--decode-pdl" in words) == ("--decode-pdl" in argv)
+        assert "None" not in words
+
+
 def test_decode_ab_arm_syntax():
     """profiling/decode_ab.py's --arm NAME=DIR[:MACRO,...]."""
     import decode_ab
