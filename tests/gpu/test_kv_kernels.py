@@ -145,7 +145,6 @@ def test_decode_attention_vs_naive_fp64_and_softmax_scale(variant):
     assert rel < 3e-3, rel
 
 
-@functools.lru_cache(maxsize=1)
 def _assert_within_decode_bound(out: torch.Tensor, ref: torch.Tensor, slack: float = 2e-3,
                                 what: str = "") -> torch.Tensor:
     """out finite and within 2^-7 of ref per element plus `slack` of its row's largest |ref|; returns the bound.
@@ -158,6 +157,7 @@ def _assert_within_decode_bound(out: torch.Tensor, ref: torch.Tensor, slack: flo
     return bound
 
 
+@functools.lru_cache(maxsize=1)
 def _growing_scores_case(lengths, hq, hkv, d, p, seed):
     """K magnitudes grow ~200x along each sequence, so a tile's max score often exceeds the running
     max by far more than 2^8 (the rescale path of every variant, mma4l's lazy one included), plus
