@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-from collections import Counter
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from trace_kernels.jit import cache
