@@ -160,7 +160,8 @@ __device__ __forceinline__ void load_tile_mma2(uint8_t* stage, const DecodeParam
 // weights are then at most 2^kLazyLog2 (FP16 rounds them with the same relative error) and every
 // sum stays relative to the same stale max, which the end-of-CTA merge and the split output use
 // consistently; (2) one log2 of the V row scale per token (lane i of the warp, then shuffled)
-// instead of one in each of the 4 lanes that share a token row.
+// instead of one in each of the 4 lanes that share a token row; (3) the lazy test reads each lane's own maxima, and
+// only a tile that rescales reduces them over the column's 8 lanes (12 shuffles and 12 max per tile otherwise).
 constexpr float kLazyLog2 = 8.f;
 
 template <class Cfg, auto LoadTile, bool kLean>
@@ -389,10 +390,15 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
               mx[nc][c] = fmaxf(mx[nc][c], sc[nc][u][2 * r + c]);
               Mx[nc][c] = fmaxf(Mx[nc][c], sc[nc][u][2 * r + c] + lv[u][r]);
             }
-          mx[nc][c] = column_max(mx[nc][c]);
-          Mx[nc][c] = column_max(Mx[nc][c]);
+          if constexpr (!kLean) {  // lazy: only a rescale needs the columns' maxima (below)
+            mx[nc][c] = column_max(mx[nc][c]);
+            Mx[nc][c] = column_max(Mx[nc][c]);
+          }
         }
       if constexpr (kLean) {
+        // The lanes' own maxima decide: run_m and run_M are the same in the 8 lanes of a column (column maxima), so
+        // some lane's exceeds them by more than kLazyLog2 exactly when the column's does, and the common tile skips
+        // the 12 shuffles of the column maxima.
         bool grew = mx[0][0] > run_m[0][0] + kLazyLog2 || mx[0][1] > run_m[0][1] + kLazyLog2 ||
                     Mx[0][0] > run_M[0][0] + kLazyLog2 || Mx[0][1] > run_M[0][1] + kLazyLog2;
 #pragma unroll
@@ -401,11 +407,15 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
                  Mx[nc][0] > run_M[nc][0] + kLazyLog2 || Mx[nc][1] > run_M[nc][1] + kLazyLog2;
         rescale = __any_sync(0xffffffffu, grew);  // warp-uniform branch
       }
-      if (rescale) {
+      if (rescale) {  // warp-uniform (lazy: __any_sync), so every lane takes part in the shuffles
 #pragma unroll
         for (int nc = 0; nc < NC; ++nc)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
+            if constexpr (kLean) {
+              mx[nc][c] = column_max(mx[nc][c]);
+              Mx[nc][c] = column_max(Mx[nc][c]);
+            }
             const float m_new = fmaxf(run_m[nc][c], mx[nc][c]);
             const float M_new = fmaxf(run_M[nc][c], Mx[nc][c]);
             run_l[nc][c] *= fast_exp2(run_m[nc][c] - m_new);
