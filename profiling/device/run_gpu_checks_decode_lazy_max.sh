@@ -9,7 +9,9 @@
 #      an H100 has for the H200's issue-bound loop, then GQA 16's default (mma4l_w1s2_c16, two column blocks)
 #   2. the KV GPU tests, then memcheck and racecheck on the decode tests (gpu_env.sh's decode_sanitizers)
 # Usage (repo root; carry .whl, .tkcache_moe, .ab_base):
-#   OUT=$OUT [BUDGET=480] [ROUNDS=2] bash profiling/device/run_gpu_checks_decode_lazy_max.sh
+#   OUT=$OUT [BUDGET=480] [ROUNDS=2] [TESTS=0] bash profiling/device/run_gpu_checks_decode_lazy_max.sh
+#   (TESTS=0 skips step 2: the A/Bs alone, e.g. on an H200 after the checks passed on an H100 with the same kernels,
+#    as they did in the fifty-first session: profiling/results/attention_decode_lazy_max_h100_checks.log)
 #   .tkcache_moe: python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests engine kv
 #   .ab_base: rm -rf .ab_base && mkdir .ab_base && git archive <commit before> cuda | tar -x -C .ab_base
 #   -> $OUT/decode_lazy_max.tar
@@ -29,9 +31,11 @@ decode_ab decode_lazy_max_gqa8 100
 decode_ab decode_lazy_max_gqa16_mma4l 100 --heads 64x4x128x16 --variant mma4l
 decode_ab decode_lazy_max_gqa16_c16 100 --heads 64x4x128x16
 
-limit=$(( $(left) - 60 )); [ "$limit" -gt 90 ] && limit=90
-[ "$limit" -gt 20 ] && gpu_tests "$limit" "$DIR/kv_gpu_tests.log" -m gpu tests/gpu/test_kv_kernels.py
-[ "$(left)" -gt 30 ] && decode_sanitizers "$DIR"
+if [ "${TESTS:-1}" = 1 ]; then
+  limit=$(( $(left) - 60 )); [ "$limit" -gt 90 ] && limit=90
+  [ "$limit" -gt 20 ] && gpu_tests "$limit" "$DIR/kv_gpu_tests.log" -m gpu tests/gpu/test_kv_kernels.py
+  [ "$(left)" -gt 30 ] && decode_sanitizers "$DIR"
+fi
 for tool in memcheck racecheck; do
   [ -f "$DIR/sanitizer_$tool.log" ] && { echo "$tool:"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$DIR/sanitizer_$tool.log" | tail -2; }
 done
