@@ -6,6 +6,8 @@ minutes on the GPU rather than on nvcc. A fresh checkout has none: the caches ar
     python profiling/prebuild_device_caches.py kv wide                                   # decode_wide.sh
     python profiling/prebuild_device_caches.py --cache .tkcache_shapes other_shapes tuning  # moe_tuned_tables.sh
     python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests            # moe_gather_pieces.sh
+    python profiling/prebuild_device_caches.py --cache .tkcache_moe moe_tests engine kv  # step_pipeline_default.sh,
+                                                       # decode_lazy_max.sh, bench_decode_fill.sh (29.7 MiB)
 
 Sets:
   kv            the KV GPU tests' and the attention benchmark's kernels (kv_testing.kernel_specs)
@@ -21,7 +23,8 @@ Sets:
                 (run_gpu_checks_step_pipeline_ab.sh and, with engine, run_gpu_checks_step_pipeline_default.sh and
                 run_gpu_checks_moe_row_amax.sh; carried alone as .tkcache_moe: with the tree and
                 the wheels it fills most of the 64 MiB; moe_tests and engine: 460 kernels, 27.8 MiB, forty-first
-                session: moe_tests 416 in 1106 s here)
+                session: moe_tests 416 in 1106 s here; with kv as well, 29.7 MiB in the fifty-first session, so that
+                one carry serves the KV GPU tests, the decode A/Bs and the attention benchmark too)
 Afterwards only the newest entry of each kernel name stays (an edited header leaves the old key's entry behind) and the
 cache's size is printed: the device tool carries at most 64 MiB, the tree included. On this 2-core machine (nvcc
 13.0, 2026-12-05): kv 119 kernels in 48 s, engine 54 in 69 s, memory 141 in 69 s (26 MiB the three),
