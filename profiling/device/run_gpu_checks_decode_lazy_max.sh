@@ -25,7 +25,7 @@ decode_ab() {
   timeout "$limit" python3 profiling/decode_ab.py --arm "base=$BASE/cuda/include" --arm new=cuda/include \
     --rounds "${ROUNDS:-2}" --out "$DIR/$name.json" "$@" > "$DIR/$name.log" 2>&1
   echo "$name exit $? (${SECONDS}s)"; grep -E "registers|bitwise|reference|differ|Error" "$DIR/$name.log"
-  grep -E "^round" "$DIR/$name.log" | awk '{print $2, $3, $4 "x" $6, $7, $11, $13}' | tr '\n' ';'; echo
+  grep -E "^round" "$DIR/$name.log" | awk '{print $2, $3, $4 "x" $6, $7 " us,", $11, "splits"}' | tr '\n' ';'; echo
 }
 decode_ab decode_lazy_max_gqa8 100
 decode_ab decode_lazy_max_gqa16_mma4l 100 --heads 64x4x128x16 --variant mma4l
