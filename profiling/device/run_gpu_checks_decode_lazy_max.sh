@@ -2,7 +2,7 @@
 # The lazy decode test on each lane's own maxima (fifty-first session, 2026-12-06), one call (BUDGET s):
 # mma4l's tile loop (attention_decode_mma2.cuh, kLean) no longer reduces the score maxima over a column's 8 lanes
 # before deciding whether to rescale; only a tile that rescales does (12 shuffles and 12 max fewer per common tile at
-# one column block, 24 at two; the common path's SASS 677 -> 651 instructions at Hq 32 / Hkv 4 / D 128 / P 16).
+# one column block, 24 at two; the common path's SASS 728 -> 702 instructions at Hq 32 / Hkv 4 / D 128 / P 16).
 #   1. decode_ab.py, BASE's headers (the tree before) against this tree's, outputs compared bit for bit, ROUNDS rounds:
 #      issue 5's heads (mma4l, 32 x 4 x 128), then GQA 16 (64 x 4 x 128) with mma4l, whose two CTAs per kv head make
 #      the loop bound by the SMs on an H100 too (the H100 and H200 times there are equal: docs/kv_cache.md), the proxy
