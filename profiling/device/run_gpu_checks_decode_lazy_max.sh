@@ -37,6 +37,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   [ "$(left)" -gt 30 ] && decode_sanitizers "$DIR"
 fi
 for tool in memcheck racecheck; do
-  [ -f "$DIR/sanitizer_$tool.log" ] && { echo "$tool:"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$DIR/sanitizer_$tool.log" | tail -2; }
+  [ -f "$DIR/sanitizer_$tool.log" ] || continue
+  echo "$tool:"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$DIR/sanitizer_$tool.log" | tail -2
 done
 echo "== done ($(left)s left)"
