@@ -9,8 +9,6 @@
 #   -> $OUT/decode_fill.tar (attention_decode_fill_<card>.json, bench.log, machine.log)
 set -uo pipefail
 source profiling/device/gpu_env.sh --call decode_fill 300 .tkcache
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' || echo gpu)
 total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 FILL_GB=${FILL_GB:-$(( total_mib * 3 / 10 / 1024 ))}

@@ -11,8 +11,6 @@
 #   OUT=$OUT [BUDGET=400] bash profiling/device/run_gpu_checks_shared_16bit.sh      -> $OUT/shared_16bit.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call shared_16bit 400 .tkcache
-log_machine "$DIR/machine.log"
-tar_on_exit "$DIR"
 nvidia-smi --query-gpu=name --format=csv,noheader
 
 gpu_tests 110 "$DIR/quantize_gpu_tests.log" tests/gpu/test_quantize_kernels.py tests/gpu/test_refit_packed.py
