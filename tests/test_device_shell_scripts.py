@@ -32,6 +32,15 @@ def test_scripts_do_not_redefine_gpu_env_helpers():
         assert helpers.isdisjoint(FUNCTION.findall(script.read_text())), script.name
 
 
+def test_call_scripts_do_not_repeat_the_call_start():
+    """`source gpu_env.sh --call` already packs DIR on exit and logs the machine: a script that does it again writes
+    every GPU line of machine.log twice (run_gpu_bench_decode_fill.sh and run_gpu_checks_shared_16bit.sh did)."""
+    for script in sorted(DEVICE.glob("*.sh")):
+        text = script.read_text()
+        if "gpu_env.sh --call" in text:
+            assert not re.search(r"^(tar_on_exit|log_machine) ", text, re.MULTILINE), script.name
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
 @pytest.mark.parametrize("script", sorted(p.name for p in DEVICE.glob("*.sh")))
 def test_device_script_parses(script):
