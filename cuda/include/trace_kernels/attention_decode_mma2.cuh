@@ -376,7 +376,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
     bool rescale = true;  // eager: every tile; lazy: only when a column's max grew by > kLazyLog2
     uint32_t pb[NC][2][2];  // P^T B fragments per 16-token block: b0 (tokens 2 tig, +1), b1 (8 + 2 tig, +1)
     {
-      float mx[NC][2], Mx[NC][2];  // this tile's column maxima of s and of s + log2 sv
+      float mx[NC][2], Mx[NC][2];  // this lane's maxima of s and of s + log2 sv; the column's once rescaling
 #pragma unroll
       for (int nc = 0; nc < NC; ++nc)
 #pragma unroll
@@ -390,10 +390,6 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
               mx[nc][c] = fmaxf(mx[nc][c], sc[nc][u][2 * r + c]);
               Mx[nc][c] = fmaxf(Mx[nc][c], sc[nc][u][2 * r + c] + lv[u][r]);
             }
-          if constexpr (!kLean) {  // lazy: only a rescale needs the columns' maxima (below)
-            mx[nc][c] = column_max(mx[nc][c]);
-            Mx[nc][c] = column_max(Mx[nc][c]);
-          }
         }
       if constexpr (kLean) {
         // The lanes' own maxima decide: run_m and run_M are the same in the 8 lanes of a column (column maxima), so
@@ -407,15 +403,13 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
                  Mx[nc][0] > run_M[nc][0] + kLazyLog2 || Mx[nc][1] > run_M[nc][1] + kLazyLog2;
         rescale = __any_sync(0xffffffffu, grew);  // warp-uniform branch
       }
-      if (rescale) {  // warp-uniform (lazy: __any_sync), so every lane takes part in the shuffles
+      if (rescale) {  // warp-uniform (eager: always; lazy: __any_sync), so every lane takes part in the shuffles
 #pragma unroll
         for (int nc = 0; nc < NC; ++nc)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            if constexpr (kLean) {
-              mx[nc][c] = column_max(mx[nc][c]);
-              Mx[nc][c] = column_max(Mx[nc][c]);
-            }
+            mx[nc][c] = column_max(mx[nc][c]);
+            Mx[nc][c] = column_max(Mx[nc][c]);
             const float m_new = fmaxf(run_m[nc][c], mx[nc][c]);
             const float M_new = fmaxf(run_M[nc][c], Mx[nc][c]);
             run_l[nc][c] *= fast_exp2(run_m[nc][c] - m_new);
