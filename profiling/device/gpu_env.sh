@@ -115,6 +115,17 @@ decode_sanitizers() {
   sanitize racecheck "$limit" "$dir/sanitizer_racecheck.log" python3 -m pytest -q -p no:cacheprovider -m gpu "${tests[@]}"
 }
 
+# decode_ab NAME LIMIT DECODE_AB_ARGS...: profiling/decode_ab.py with those arguments (its --arm NAME=DIR arms and any
+# options) and ROUNDS rounds (default 2), DIR/NAME.{json,log}; prints its registers, bitwise checks and errors, then the
+# timed rounds on one line.
+decode_ab() {
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" python3 profiling/decode_ab.py "$@" --rounds "${ROUNDS:-2}" --out "$DIR/$name.json" \
+    > "$DIR/$name.log" 2>&1
+  echo "$name exit $? (${SECONDS}s)"; grep -E "registers|bitwise|reference|differ|Error" "$DIR/$name.log"
+  grep -E "^round" "$DIR/$name.log" | tr -s ' ' | tr '\n' ';'; echo
+}
+
 # prebuild_engine_test_models LIMIT LOG: the rollout engine's kernels of the GPU tests' two models
 # (rl/configs/models.toml's tiny-kernels and small) at every decode batch the tests use: prebuild_device_caches.py's
 # engine set, into the cache the call uses.

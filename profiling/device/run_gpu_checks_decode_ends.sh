@@ -41,17 +41,10 @@ if [ "${RL:-1}" = 1 ]; then
   tail -1 "$DIR/build_engine.log"
 fi
 
-# decode_ab NAME LIMIT ARM...: decode_ab.py over the arms, DIR/NAME.{json,log}, its checks and times printed
-decode_ab() {
-  local name=$1 limit=$2 arm arms=(); shift 2
-  for arm in "$@"; do arms+=(--arm "$arm"); done
-  timeout "$limit" python3 profiling/decode_ab.py "${arms[@]}" --rounds "${ROUNDS:-2}" --split-counts "${SPLITS-16,32,64}" \
-    --out "$DIR/$name.json" > "$DIR/$name.log" 2>&1
-  echo "$name exit $? (${SECONDS}s)"; grep -E "registers|bitwise|reference|differ|Error" "$DIR/$name.log"
-  grep -E "^round" "$DIR/$name.log" | awk '{print $2, $3, $4 "x" $6, $7, $11, $13}' | tr '\n' ';'; echo
-}
 if [ "${AB:-1}" = 1 ]; then
-  decode_ab decode_ab 200 "base=$BASE/cuda/include" new=cuda/include ${EXTRA_ARMS:-}
+  arms=(--arm "base=$BASE/cuda/include" --arm new=cuda/include)
+  for arm in ${EXTRA_ARMS:-}; do arms+=(--arm "$arm"); done
+  decode_ab decode_ab 200 "${arms[@]}" --split-counts "${SPLITS-16,32,64}"
 fi
 
 if [ "${TIMELINE:-1}" = 1 ]; then

@@ -19,17 +19,10 @@ set -uo pipefail
 source profiling/device/gpu_env.sh --call decode_lazy_max 480
 BASE=${BASE:-.ab_base}
 
-# decode_ab NAME LIMIT [decode_ab.py options]: BASE against this tree, DIR/NAME.{json,log}, its checks and times printed
-decode_ab() {
-  local name=$1 limit=$2; shift 2
-  timeout "$limit" python3 profiling/decode_ab.py --arm "base=$BASE/cuda/include" --arm new=cuda/include \
-    --rounds "${ROUNDS:-2}" --out "$DIR/$name.json" "$@" > "$DIR/$name.log" 2>&1
-  echo "$name exit $? (${SECONDS}s)"; grep -E "registers|bitwise|reference|differ|Error" "$DIR/$name.log"
-  grep -E "^round" "$DIR/$name.log" | awk '{print $2, $3, $4 "x" $6, $7 " us,", $11, "splits"}' | tr '\n' ';'; echo
-}
-decode_ab decode_lazy_max_gqa8 100
-decode_ab decode_lazy_max_gqa16_mma4l 100 --heads 64x4x128x16 --variant mma4l
-decode_ab decode_lazy_max_gqa16_c16 100 --heads 64x4x128x16
+arms=(--arm "base=$BASE/cuda/include" --arm new=cuda/include)  # BASE against this tree
+decode_ab decode_lazy_max_gqa8 100 "${arms[@]}"
+decode_ab decode_lazy_max_gqa16_mma4l 100 "${arms[@]}" --heads 64x4x128x16 --variant mma4l
+decode_ab decode_lazy_max_gqa16_c16 100 "${arms[@]}" --heads 64x4x128x16
 
 if [ "${TESTS:-1}" = 1 ]; then
   limit=$(( $(left) - 60 )); [ "$limit" -gt 90 ] && limit=90
