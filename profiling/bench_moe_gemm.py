@@ -164,6 +164,7 @@ def down_tile_for(m: int, e: int, variant: str, k: int, n: int, override=None):
 def tile_label(tile) -> str:
     knobs = f"{tile.variant}_tn{tile.tile_tokens}_st{tile.stages}_mb{tile.min_blocks}_wg{tile.warpgroups}"
     knobs += "_qa1" if getattr(tile, "quantize_after", False) else ""
+    knobs += "_cq1" if getattr(tile, "cluster_quant", False) else ""
     if tile.variant == "ws":
         knobs += f"_cps{tile.chunks_per_stage}_ov{int(tile.overlap)}"
         knobs += f"_mt{tile.m_tiles}" if tile.m_tiles > 1 else ""

@@ -19,6 +19,7 @@ Sets:
   wide          the decode kernels run_gpu_checks_decode_wide.sh benchmarks at GQA 16 and 12 (mma4l and mma4l_c16)
   tuning        the MoE GEMMs of sweep_moe_gemm_tiles.py --tiles tuning at the other_shapes MoE shapes
                 (run_gpu_checks_moe_tuned_tables.sh)
+  moe_cluster   run_gpu_checks_moe_cluster_quant.sh's MoE kernels (auto against auto_cq, the cluster_quant tiles)
   moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp0 / auto_ra0 tables
                 (run_gpu_checks_step_pipeline_ab.sh and, with engine, run_gpu_checks_step_pipeline_default.sh and
                 run_gpu_checks_moe_row_amax.sh; carried alone as .tkcache_moe: with the tree and
@@ -114,8 +115,32 @@ def moe_test_specs() -> list:
     return list(tests.values()) + list(big.values())
 
 
+def moe_cluster_specs() -> list:
+    """run_gpu_checks_moe_cluster_quant.sh's kernels: the auto and auto_cq tables of tiny, Qwen3-30B-A3B and
+    Qwen3-235B-A22B (the layer A/B and the auto_cq layer test), for tiny and 30B the cluster_quant extra tiles and
+    the same tiles quantized afterwards (the GPU tests that compare them), and for tiny the TN=8 one quantized by its
+    last CTA (the non-finite report's comparison)."""
+    import moe_prebuild  # profiling/ is the script's folder
+    from dataclasses import replace
+    from trace_kernels import shapes
+    from trace_kernels.codegen.ops import moe_gemm as codegen
+    specs = moe_prebuild.kernel_specs(["tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"], ("auto", "auto_cq"), extras=False)
+    clustered = [t for t in codegen.EXTRA_TILES if t.cluster_quant]
+    twins = [replace(t, cluster_quant=False, quantize_after=True) for t in clustered]
+    last_cta = replace(clustered[0], cluster_quant=False)
+    for shape, tiles in ((shapes.resolve("tiny"), clustered + twins + [last_cta]),
+                         (shapes.resolve("qwen3-30b-a3b"), clustered + twins)):
+        for tile in tiles:
+            for kind in codegen.CALL_KINDS:
+                fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
+                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
+                specs[spec.name] = spec
+    return list(specs.values())
+
+
 SETS = {"kv": kv_specs, "engine": engine_specs, "memory": memory_specs, "other_shapes": other_shapes_specs,
-        "wide": lambda: decode_specs(WIDE_DECODE_HEADS), "tuning": tuning_specs, "moe_tests": moe_test_specs}
+        "wide": lambda: decode_specs(WIDE_DECODE_HEADS), "tuning": tuning_specs, "moe_tests": moe_test_specs,
+        "moe_cluster": moe_cluster_specs}
 
 
 def keep_newest(root: Path) -> int:

@@ -25,11 +25,20 @@ def test_specs_render_deterministically_with_readable_names():
             n = codegen.gemm_dims(shape, kind)[0]
             return tile.tile_tokens * 8 > codegen.threads_for(tile, codegen.warpgroups_for(n, tile))
 
+        # (cluster_quant changes only the fused gate_up's kernel, and quantizes afterwards where a cluster cannot hold
+        # a token tile's CTAs)
+        def as_launched(tile, kind):
+            fused = kind == "gate_up_swiglu"
+            if tile.cluster_quant and not (fused and codegen.cluster_fits(tile, codegen.gemm_dims(shape, kind)[0])):
+                return dataclasses.replace(tile, cluster_quant=False, quantize_after=fused or tile.quantize_after)
+            return tile
+
         kernels = {("gate_up_swiglu_h" if kind == "gate_up_swiglu" and tile.quantize_after else kind,
                     dataclasses.replace(tile, quantize_after=False,
                                         gather_pieces=tile.gather_pieces and pieces_per_thread(tile, kind)))
                    for v in codegen.TILE_TABLES for kind in call_kinds
-                   for _, tile in codegen.tile_table(v, kind, codegen.gemm_dims(shape, kind)[1])}
+                   for tile in (as_launched(t, kind) for _, t in
+                                codegen.tile_table(v, kind, codegen.gemm_dims(shape, kind)[1]))}
         assert len({s.name for s in specs}) == len(specs) == len(kernels) + 1
         default = codegen.specs_for_shape(shape)  # what the AOT build and calls use
         assert len(default) == sum(len(codegen.tile_table(codegen.DEFAULT_VARIANT, kind,
@@ -217,6 +226,7 @@ def test_pack_template_compiles_for_sm90a(tmp_path):
     ("tiny", "down_routed", 16, "v1_direct"),  # weights straight into registers, 3 chunks ahead of 2
     ("tiny", "down_routed", 8, "v1_combine"),  # the ordered top-k combine in the down GEMM's epilogue
     ("tiny", "gate_up", 32, "v1_columns"),  # the wgmma width following the CTA's rows (n_step 8)
+    ("qwen3-30b-a3b", "gate_up_swiglu", 8, "v1_cluster"),  # a token tile's 12 CTAs one cluster (cluster_quant)
     ("qwen3-30b-a3b", "combine", 0, ""),
 ])
 def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, variant):
@@ -231,6 +241,7 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
                  else [t for t in codegen.EXTRA_TILES if t.weights_direct] if variant == "v1_direct"
                  else [t for t in codegen.EXTRA_TILES if t.fused_combine] if variant == "v1_combine"
                  else [t for t in codegen.EXTRA_TILES if t.n_step and not t.weights_direct] if variant == "v1_columns"
+                 else [t for t in codegen.EXTRA_TILES if t.cluster_quant] if variant == "v1_cluster"
                  else [t for t in codegen.EXTRA_TILES if t.row_amax and t.variant == "ws" and not t.async_epilogue]
                  if variant == "ws_row_amax"
                  else [t for _, t in codegen.TILE_TABLES[variant]])
@@ -257,6 +268,9 @@ def test_templates_compile_for_sm90a(tmp_path, preset, kind, tile_tokens, varian
             assert all(f"m64n{n}k16.f32.bf16.bf16" in text for n in (8, 16, 24, 32))
         if variant == "v1_direct":  # the weights never pass through shared memory
             assert "ld.global.nc.L1::no_allocate.v4.u32" in text and "ld.global.nc.L1::no_allocate.v2.u32" in text
+        if variant == "v1_cluster":  # the cluster's size, barrier and reads of the other CTAs' shared memory
+            assert ".reqnctapercluster 12, 1, 1" in text and "barrier.cluster.wait.acquire.aligned" in text
+            assert "ld.shared::cluster.u32" in text and "atom.acq_rel.gpu.global.add" not in text  # (no last-CTA arrival)
 
 
 _SWIZZLE_CHECK = r"""
@@ -593,3 +607,47 @@ def test_row_amax_knob():
         ra0 = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_ra0",))}
         assert [n.replace("_ra1", "") for n in auto - ra0] == list(ra0 - auto)
         assert len(auto - ra0) == 1 and "moe_gemm_gate_up_swiglu_nvfp4" in next(iter(auto - ra0))
+
+
+def test_cluster_quant_knob():
+    """cluster_quant: the fused gate_up kernel of a v1 tile is compiled with its token tile's N / (64 x warpgroups)
+    CTAs as one cluster (_cq1, CLUSTER_Q, 8 more shared bytes per token column); the other kinds build the base tile's
+    kernels; a cluster above 16 CTAs, ws, quantize_after and row_amax are refused; auto_cq is auto with its fused
+    decode v1 tiles clustered where the cluster fits (30B from 2 to 64 routed rows per expert, T=32 to 1024 at top-8;
+    not 30B's one-warpgroup T=8 tile, not 235B)."""
+    shape = shapes.preset("qwen3-30b-a3b")
+    clustered = [t for t in codegen.EXTRA_TILES if t.cluster_quant]
+    assert [t.tile_tokens for t in clustered] == [8, 16, 32]
+    for tile in clustered:
+        base = dataclasses.replace(tile, cluster_quant=False)
+        fused = codegen.gemm_spec(shape, "gate_up_swiglu", tile)
+        text = render_spec(fused)
+        assert fused.name.endswith("_cq1_sm90a") and fused.launch["cluster"] == 12
+        assert "__cluster_dims__(12, 1, 1)" in text and "/*ROW_AMAX=*/false, /*CLUSTER_Q=*/12>" in text
+        unclustered = codegen.gemm_spec(shape, "gate_up_swiglu", base)
+        assert fused.launch["smem_bytes"] == unclustered.launch["smem_bytes"] + 8 * tile.tile_tokens
+        assert "cluster" not in render_spec(unclustered) and unclustered.launch["cluster"] == 0
+        for kind in ("gate_up", "down_routed"):
+            assert codegen.gemm_spec(shape, kind, tile).render() == codegen.gemm_spec(shape, kind, base).render()
+    tiny = codegen.gemm_spec(shapes.preset("tiny"), "gate_up_swiglu", clustered[0])
+    assert tiny.launch["cluster"] == 2 and "__cluster_dims__(2, 1, 1)" in render_spec(tiny)
+    with pytest.raises(ValueError, match="24 CTAs per token tile"):
+        codegen.gemm_spec(shapes.preset("qwen3-235b-a22b"), "gate_up_swiglu", clustered[0])
+    one_warpgroup = dataclasses.replace(codegen.V1_ONE_WARPGROUP_DECODE_TILE, cluster_quant=True)
+    with pytest.raises(ValueError, match="24 CTAs per token tile"):
+        codegen.gemm_spec(shape, "gate_up_swiglu", one_warpgroup)
+    for bad in (dataclasses.replace(clustered[0], quantize_after=True), dataclasses.replace(clustered[0], row_amax=True),
+                dataclasses.replace(codegen.WS_TILE_TABLE[0][1], cluster_quant=True)):
+        with pytest.raises(ValueError, match="cluster_quant"):
+            codegen.gemm_spec(shape, "gate_up_swiglu", bad)
+    for rows in (8, 64, 256, 512, 1024, 2048, 8192, 131072):
+        for kind, k, n in (("gate_up_swiglu", 2048, 1536), ("gate_up", 2048, 1536), ("down_routed", 768, 2048),
+                           ("gate_up_swiglu", 4096, 3072)):
+            auto = codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
+            cq = codegen.tile_for_rows(rows, 128, "auto_cq", k=k, kind=kind, n=n)
+            clusters = kind == "gate_up_swiglu" and n == 1536 and 256 <= rows <= 8192  # (2 to 64 rows per expert)
+            assert cq == (dataclasses.replace(auto, quantize_after=False, cluster_quant=True) if clusters else auto)
+    for name, differ in (("qwen3-30b-a3b", 3), ("qwen3-235b-a22b", 0)):
+        auto = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto",))}
+        cq = {s.name for s in codegen.specs_for_shape(shapes.preset(name), ("auto_cq",))}
+        assert len(cq - auto) == differ and all("_cq1_" in n for n in cq - auto)

@@ -95,7 +95,7 @@ def test_the_down_launch_packs_each_buffer_at_its_member(monkeypatch):
             launched["values"] = args[0][1]
 
     spec = SimpleNamespace(name="fake", launch={"block_rows": 64, "persistent": False, "row_amax": False,
-                                                "combine_top_k": 0, "threads": 128, "smem_bytes": 0})
+                                                "combine_top_k": 0, "threads": 128, "smem_bytes": 0, "cluster": 0})
     monkeypatch.setattr(moe_gemm, "_plan", lambda *args: (spec, FakeKernel()))
     m, hidden, inter, experts = 6, 128, 64, 4
     weights = empty_weights(experts, hidden, inter, "cpu")

@@ -176,6 +176,8 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     token_tiles = (_grid_token_tiles or token_tile_bound)(m, e, tile.tile_tokens)
     x_tiles = weights.n // launch["block_rows"]
     kernel.allow_dynamic_smem(device_index, launch["smem_bytes"])  # before the occupancy query
+    if launch["cluster"] > 8:  # cluster_quant: 30B's 12 CTAs per token tile
+        kernel.allow_nonportable_cluster_size(device_index)
     if launch["persistent"]:  # ws: CTAs walk the (token tile, weight tile) items counted on the device
         grid = (min(_persistent_ctas(kernel, device_index, launch["threads"], launch["smem_bytes"]),
                     token_tiles * x_tiles), 1, 1)

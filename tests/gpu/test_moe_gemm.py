@@ -420,6 +420,98 @@ def test_row_amax_tables_give_auto_bits(variant, tokens):
         assert not _row_amax_pool().any()
 
 
+CLUSTER_TILES = [tile for tile in EXTRA_TILES if tile.cluster_quant]
+
+
+@pytest.mark.parametrize("tokens,skew", [(1, 0.0), (64, 0.0), (300, 3.0), (4096, 1.0)])
+def test_cluster_quant_tiles_equal_quantize_after(shape, tokens, skew):
+    """cluster_quant's fused gate_up (a token tile's CTAs one cluster exchanging row amaxes in shared memory: 2 CTAs
+    at tiny, 12 at 30B, a size above the portable 8) gives the bits of the same tile quantized afterwards, which are
+    nvfp4.quantize's of its own h; every output poisoned before the launch."""
+    name, (e, h, i, k) = shape
+    p = problem(name, tokens, 900 + tokens, skew)
+    r = p.routing
+    assert CLUSTER_TILES
+    for tile in CLUSTER_TILES:
+        after = dataclasses.replace(tile, cluster_quant=False, quantize_after=True)
+        want = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=after,
+                               out=_poisoned_gate_up(r.num_rows, i))
+        got = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=tile,
+                              out=_poisoned_gate_up(r.num_rows, i))
+        torch.cuda.synchronize()
+        for g, w in ((got.h, want.h), (got.q.codes, want.q.codes), (got.q.scale, want.q.scale),
+                     (got.a_next, want.a_next), (got.q.block_scales.view(torch.uint8), want.q.block_scales.view(torch.uint8)),
+                     (got.mantissa_bits, want.mantissa_bits)):
+            assert torch.equal(g, w), (name, tokens, tile)
+        own = ref.quantize_swiglu(got.h.cpu())
+        assert torch.equal(got.q.codes.cpu(), own.q.codes) and torch.equal(got.q.scale.cpu(), own.q.scale), tile
+        assert torch.equal(got.mantissa_bits.cpu(), own.mantissa_bits), tile
+
+
+@pytest.mark.parametrize("tokens", [8, 64, 256])
+def test_auto_cq_layer_equals_auto(tokens, monkeypatch):
+    """The 30B layer on auto_cq's tables (its fused decode gate_up quantizing in a cluster) gives auto's bits, as a
+    programmatic dependent launch and replayed from a CUDA graph on new inputs."""
+    from trace_kernels.codegen.ops import moe_gemm as codegen
+    _, h, i, _ = SHAPES["qwen3-30b-a3b"]
+    p = problem("qwen3-30b-a3b", tokens, 950 + tokens)
+    r = p.routing
+
+    def layer(x, s_a, up_out, y):
+        up = ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, row_scale=s_a, validate=False,
+                             out=up_out, pdl=True)
+        return ops.moe_down(up.a_next, p.down, r, row_scale=up.q.scale, validate=False, out=y, pdl=True)
+
+    def fresh_buffers():
+        return ops.empty_gate_up_output(r.num_rows, i, "cuda"), torch.empty(tokens, h, dtype=torch.bfloat16,
+                                                                            device="cuda")
+
+    want = layer(p.a, p.s_a, *fresh_buffers()).clone()
+    monkeypatch.setattr(codegen, "DEFAULT_VARIANT", "auto_cq")
+    tile = tile_for_rows(r.num_rows, p.gate_up.num_experts, k=h, kind="gate_up_swiglu", n=2 * i)
+    assert tile.cluster_quant == (tokens >= 32), tile  # (T=8: auto's one-warpgroup tile, 24 CTAs: quantized after)
+    up_out, y = fresh_buffers()
+    y.fill_(float("nan"))
+    assert torch.equal(layer(p.a, p.s_a, up_out, y), want)
+    x, s_a = p.a.clone(), p.s_a.clone()
+    graph = torch.cuda.CUDAGraph()
+    with capture_graph(graph):
+        layer(x, s_a, up_out, y)
+    for seed in (1, 2):
+        other = problem("qwen3-30b-a3b", tokens, 950 + tokens + seed)
+        x.copy_(other.a)
+        s_a.copy_(other.s_a)
+        y.fill_(float("nan"))
+        up_out.q.codes.fill_(0xAB)
+        graph.replay()
+        torch.cuda.synchronize()
+        monkeypatch.setattr(codegen, "DEFAULT_VARIANT", "auto")
+        eager = layer(other.a, other.s_a, *fresh_buffers())
+        monkeypatch.setattr(codegen, "DEFAULT_VARIANT", "auto_cq")
+        assert torch.equal(y, eager), (tokens, seed)
+
+
+def test_nonfinite_swiglu_in_a_cluster_tile_sets_the_status_word():
+    """An overflowing SwiGLU row in a cluster_quant tile is reported as the last-CTA quantization of the same tile
+    reports it (each CTA reports its own columns: the same count and first element), and its outputs are left as they
+    were."""
+    from trace_kernels.ops import raise_on_nonfinite
+    p = problem("tiny", 16, 31)
+    r = p.routing
+    x = (p.x.float() * 1e30).to(torch.bfloat16)  # finite input; W4A16 accumulators overflow in SwiGLU
+    raise_on_nonfinite(x.device)  # start clean
+    messages = []
+    for tile in (dataclasses.replace(CLUSTER_TILES[0], cluster_quant=False), CLUSTER_TILES[0]):
+        out = _poisoned_gate_up(r.num_rows, SHAPES["tiny"][2])
+        ops.moe_gate_up(x, p.gate_up, r.offsets, row_index=r.row_index, tile=tile, out=out)
+        with pytest.raises(ValueError, match="non-finite") as raised:
+            raise_on_nonfinite(x.device)
+        messages.append(str(raised.value))
+        overflowed = ~torch.isfinite(out.h.float()).all(dim=1)
+        assert overflowed.any() and out.q.scale[overflowed].isnan().all(), tile  # (still the poison)
+    assert messages[0] == messages[1]
+
+
 def _loaded_gate_up(p, tile, i):
     """A fused gate_up call on fixed buffers (validate=False, as inside a captured layer), run once so that its kernel
     is built and loaded outside the capture that follows."""

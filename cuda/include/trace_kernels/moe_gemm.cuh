@@ -38,6 +38,7 @@
 #include <cute/atom/mma_atom.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
+#include "trace_kernels/cluster.cuh"
 #include "trace_kernels/moe_dequant.cuh"
 #include "trace_kernels/moe_nvfp4_row.cuh"
 #include "trace_kernels/moe_slot_rows.cuh"
@@ -118,13 +119,14 @@ __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence
 // exact): fast exp and division keep the IEEE-division slow path (a call) out of the epilogue.
 __device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
 
-// The SwiGLU epilogue of ROW_AMAX tiles for one thread's weight-row pair at intermediate `inter` of h [M, I]: stores
-// h for each of its token columns (gate acc(v0 + 4 v2), up acc(v0 + 2 + 4 v2), v1's and ws's accumulator order) and
-// folds each token row's |h| into row_amax (fold_row_amax shuffles across the warp: every lane runs the whole loop).
+// The SwiGLU epilogue of ROW_AMAX and CLUSTER_Q tiles for one thread's weight-row pair at intermediate `inter` of
+// h [M, I]: stores h for each of its token columns (gate acc(v0 + 4 v2), up acc(v0 + 2 + 4 v2), v1's and ws's
+// accumulator order) and folds each token row's |h| into row_amax[amax_row0 + n] (global [M] with amax_row0 = row0,
+// or the CTA's shared [TN] with 0; fold_row_amax shuffles across the warp: every lane runs the whole loop).
 template <int TN, int I, class Acc>
 __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* token_scale, __nv_bfloat16* h,
-                                                       uint32_t* row_amax, int inter, int row0, int rows_valid,
-                                                       int lane) {
+                                                       uint32_t* row_amax, int amax_row0, int inter, int row0,
+                                                       int rows_valid, int lane) {
 #pragma unroll
   for (int v2 = 0; v2 < TN / 8; ++v2) {
 #pragma unroll
@@ -138,7 +140,7 @@ __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* tok
         h[static_cast<size_t>(row0 + n) * I + inter] = hn;
         bits = abs_bits(hn);
       }
-      fold_row_amax(row_amax, row0 + n, bits, valid, lane);
+      fold_row_amax(row_amax, amax_row0 + n, bits, valid, lane);
     }
   }
 }
@@ -147,17 +149,19 @@ __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* tok
 // rows warp_row0 .. warp_row0 + 15 x TN token columns: accum(v0 + 2 v1 + 4 v2) is weight row warp_row0 + g + 8 v1,
 // token 2q + v0 + 8 v2 (g = lane / 4, q = lane % 4). SwiGLU weight rows are interleaved by 8: rows 16b..16b+7 gate,
 // 16b+8..16b+15 up of intermediate 8b..8b+7, so a thread holds the gate and up of intermediate warp_row0 / 2 + g.
-template <int N, int TN, Epilogue EPI, bool ROW_AMAX, class Accum>
+// FOLD_AMAX (SwigluQuant of ROW_AMAX and CLUSTER_Q tiles): h stored and each row's |h| folded into
+// row_amax[amax_row0 + n] (swiglu_store_fold_amax).
+template <int N, int TN, Epilogue EPI, bool FOLD_AMAX, class Accum>
 __device__ __forceinline__ void store_warp_tile(const MoEGemmParams& p, Accum accum, const float* token_scale,
                                                 const float* token_weight, int warp_row0, int row0, int rows_valid,
-                                                int lane) {
+                                                int lane, uint32_t* row_amax, int amax_row0) {
   const int g = lane / 4, q = lane % 4;
   if constexpr (EPI == Epilogue::RouterWeight) {  // the per-slot rows, as the combine reads them
     slot_rows::store_warp_rows<TN, N>(accum, token_scale, token_weight, p.slot_values, p.slot_exponents, warp_row0,
                                       row0, rows_valid, lane);
-  } else if constexpr (EPI == Epilogue::SwigluQuant && ROW_AMAX) {  // as Swiglu, and each token row's amax folded
-    swiglu_store_fold_amax<TN, N / 2>(accum, token_scale, p.out, p.row_amax, warp_row0 / 2 + g, row0, rows_valid,
-                                      lane);
+  } else if constexpr (EPI == Epilogue::SwigluQuant && FOLD_AMAX) {  // as Swiglu, and each token row's amax folded
+    swiglu_store_fold_amax<TN, N / 2>(accum, token_scale, p.out, row_amax, amax_row0, warp_row0 / 2 + g, row0,
+                                      rows_valid, lane);
   } else {
     const int wrow = warp_row0 + g, inter = warp_row0 / 2 + g;  // (hoisted as before: the same SASS)
 #pragma unroll
@@ -231,7 +235,8 @@ __device__ __forceinline__ void with_columns(int n, F&& f) {
 
 // Shared-memory plan of one CTA; the generator passes its own byte count and the kernel checks it.
 // WEIGHTS = false: the ring holds activations only (weights go straight to registers, WDIRECT).
-template <int TN, int NWG, int STAGES, bool WEIGHTS = true>
+// AMAX_WORDS: uint32 words of the CLUSTER_Q epilogue's row amaxes (2 TN; else 0).
+template <int TN, int NWG, int STAGES, bool WEIGHTS = true, int AMAX_WORDS = 0>
 struct MoESmem {
   static constexpr int kBStage = TN * detail::kChunkK * 2;          // bf16 activation tile
   static constexpr int kCodesStage = WEIGHTS ? NWG * detail::kCodeRecord : 0;
@@ -242,7 +247,8 @@ struct MoESmem {
   static constexpr int kSrcRows = kScales + STAGES * kScalesStage;   // int32 [TN]
   static constexpr int kTokenScale = kSrcRows + TN * 4;              // float [TN]: s_w[e] * 2^7 * s_a[src]
   static constexpr int kTokenWeight = kTokenScale + TN * 4;          // float [TN]: router weight (RouterWeight)
-  static constexpr int kTileStart = kTokenWeight + TN * 4;           // int32 [E+1] (sized by the caller)
+  static constexpr int kRowAmax = kTokenWeight + TN * 4;             // uint32 [AMAX_WORDS] (CLUSTER_Q)
+  static constexpr int kTileStart = kRowAmax + AMAX_WORDS * 4;       // int32 [E+1] (sized by the caller)
   static constexpr int bytes(int num_experts) { return kTileStart + (num_experts + 1) * 4 + 16 + 1024; }
 };
 
@@ -352,14 +358,19 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 // of the prefill GEMMs' warp samples, thirty-seventh session.) No extra registers: the same 16 A registers.
 // ROW_AMAX (SwigluQuant only): every CTA folds its part of each row's amax into p.row_amax (fold_row_amax), and the
 // last CTA quantizes each (row, block of 16) on its own thread without a row reduction (quantize_rows_nvfp4_from_amax).
+// CLUSTER_Q > 0 (SwigluQuant only; the kernel is compiled with __cluster_dims__(CLUSTER_Q, 1, 1), CLUSTER_Q = N / (64
+// NWG): a token tile's CTAs are one cluster): every CTA folds its part of each row's amax into its own shared memory,
+// reads the other CTAs' parts after a cluster barrier, and quantizes its own columns of h; no tile counter, no last
+// CTA, no global round trip of the amax.
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
           bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0,
-          bool GATHER_PIECES = false, bool STEP_PIPE = false, bool ROW_AMAX = false>
+          bool GATHER_PIECES = false, bool STEP_PIPE = false, bool ROW_AMAX = false, int CLUSTER_Q = 0>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr bool kDirect = WDIRECT > 0;
   constexpr int kSlots = kDirect ? K / detail::kChunkK : STAGES * CPS;  // chunk slots of the ring
-  using Smem = MoESmem<TN, NWG, kSlots, !kDirect>;
+  constexpr bool kCluster = CLUSTER_Q > 0;
+  using Smem = MoESmem<TN, NWG, kSlots, !kDirect, (kCluster ? 2 * TN : 0)>;
   constexpr int kThreads = NWG * 128;
   constexpr int kBlockRows = 64 * NWG;     // weight rows per CTA
   constexpr int kRowTiles = N / 64;        // 64-row tiles per expert
@@ -374,6 +385,9 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   static_assert((EPI != Epilogue::SwigluQuant && EPI != Epilogue::Swiglu) || (N % 32 == 0), "SwiGLU needs 2I % 32 == 0");
   static_assert(COMBINE_TOPK == 0 || EPI == Epilogue::RouterWeight, "the combine belongs to the down GEMM's epilogue");
   static_assert(!STEP_PIPE || (!kDirect && !OVERLAP && CPS >= 2), "STEP_PIPE: the plain ring with stages of 2+ chunks");
+  static_assert(CLUSTER_Q == 0 || (EPI == Epilogue::SwigluQuant && !ROW_AMAX && CLUSTER_Q == N / kBlockRows &&
+                                   CLUSTER_Q <= 16),
+                "CLUSTER_Q: the fused SwiGLU epilogue, one cluster of all N / (64 NWG) weight tiles (at most 16)");
   static_assert(NSTEP == 0 || (NSTEP % 8 == 0 && NSTEP < TN && TN % (NSTEP ? NSTEP : 1) == 0),
                 "NSTEP: a multiple of 8 below TN that divides it");  // (NSTEP ? : 1: no "% zero" warning at NSTEP = 0)
 
@@ -387,6 +401,9 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   float* token_weight = reinterpret_cast<float*>(smem + Smem::kTokenWeight);
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + Smem::kTileStart);  // [E+1]
   int32_t* item = tile_start + E + 1;                                         // expert, last flag
+  // CLUSTER_Q: this CTA's part of each row's amax (read by the cluster's other CTAs), then the whole row's
+  uint32_t* part_amax = reinterpret_cast<uint32_t*>(smem + Smem::kRowAmax);   // [TN]
+  uint32_t* row_amax = part_amax + TN;                                        // [TN]
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -395,6 +412,9 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 
   // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
   if (tid < 32) scan_expert_tiles<E, TN>(p.offsets, tile_start, tid);
+  if constexpr (kCluster) {
+    for (int n = tid; n < TN; n += kThreads) part_amax[n] = 0;  // (folded into in the epilogue, many barriers later)
+  }
   __syncthreads();
   if (y_tile >= tile_start[E]) return;  // the grid is an upper bound (moe_routing.token_tile_bound)
   for (int e = tid; e < E; e += kThreads)
@@ -719,15 +739,35 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   detail::cp_async_wait<0>();
 
   // ---- epilogue: this warp's 16 weight rows x TN tokens (store_warp_tile) ----
-  detail::store_warp_tile<N, TN, EPI, ROW_AMAX>(p, [&](int j) { return accum(j); }, token_scale, token_weight,
-                                                wt * kBlockRows + wg * 64 + warp_in_wg * 16, row0, rows_valid, lane);
+  detail::store_warp_tile<N, TN, EPI, (ROW_AMAX || kCluster)>(
+      p, [&](int j) { return accum(j); }, token_scale, token_weight, wt * kBlockRows + wg * 64 + warp_in_wg * 16, row0,
+      rows_valid, lane, kCluster ? part_amax : p.row_amax, kCluster ? 0 : row0);
 
   if constexpr (COMBINE_TOPK > 0) {
     // src_rows is free again: the main loop's activation copies have read it
     combine_last_arrivals<N, kBlockRows, TN, COMBINE_TOPK, kThreads>(p, row0, rows_valid, wt, tid, src_rows);
   }
 
-  if constexpr (EPI == Epilogue::SwigluQuant) {
+  if constexpr (kCluster) {
+    // Every CTA of the cluster has folded its part of each row's amax and stored its h (release / acquire: the parts
+    // are visible; h is this CTA's own). Each row's amax is the max of the CLUSTER_Q parts (exact, in any order).
+    cluster::arrive_release();
+    cluster::wait_acquire();
+    for (int n = tid; n < rows_valid; n += kThreads) {
+      uint32_t bits = 0;
+#pragma unroll
+      for (int r = 0; r < CLUSTER_Q; ++r) bits = max(bits, cluster::load_shared_u32(part_amax + n, r));
+      row_amax[n] = bits;
+    }
+    // The other CTAs may leave once every CTA has read their parts: arrive now, wait at the end.
+    cluster::arrive_release();
+    __syncthreads();  // row_amax for every thread
+    // this CTA's columns of h: intermediate wt * kBlockRows / 2 .., kBlockRows / 32 blocks of 16 per row
+    quantize_row_blocks_nvfp4<N / 2, kBlockRows / 32, kThreads, 1>(
+        p.out, row0, rows_valid, wt * (kBlockRows / 32), tid, [&](int64_t row) { return row_amax[row - row0]; },
+        p.q_codes, p.q_block_scales, p.q_scale, p.q_dequant, p.q_mantissa_bits, p.status);
+    cluster::wait_acquire();
+  } else if constexpr (EPI == Epilogue::SwigluQuant) {
     // The last CTA to finish this token tile quantizes its complete rows of h (order-independent): the
     // barrier orders this CTA's h stores before thread 0's acq_rel arrival (tile_arrival.cuh), the second one
     // hands the verdict, and with it the other CTAs' h, to every thread.

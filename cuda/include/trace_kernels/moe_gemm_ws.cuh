@@ -379,7 +379,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
     for (int mt = 0; mt < MT; ++mt) {
       detail::store_warp_tile<N, TN, EPI, ROW_AMAX>(p, [&](int j) { return accum(j, mt, 0); }, tok_scale, tok_weight,
                                                     wt * kBlockRows + (wg * MT + mt) * 64 + warp_in_wg * 16, row0,
-                                                    rows_valid, lane);
+                                                    rows_valid, lane, p.row_amax, row0);
     }
     ws::mbar_arrive(&tok_free[local & 1]);  // this thread is done with the slot
     if constexpr (ASYNC_EPI) {

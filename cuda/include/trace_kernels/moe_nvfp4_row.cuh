@@ -158,42 +158,41 @@ __device__ __forceinline__ void fold_row_amax(uint32_t* row_amax, int64_t m, uin
   if (valid && lane < 4) atomicMax(row_amax + m, bits);
 }
 
-// The complete rows row0 .. row0 + rows of h [M, D], blocks of 16 per thread in turn (THREADS threads, this one t),
-// given their amaxes in row_amax (fold_row_amax of every CTA that wrote them). Without a row reduction here, every
-// (row, block) is independent: one L2 round trip for the block and its row's amax together. BATCH blocks per thread go
-// out at once (a wide tile's last CTA has 24 per thread at 30B's TN=128; a decode tile's one or two, where BATCH = 1
-// keeps the registers of a 64-register kernel). The caller clears row_amax[row0 ..] after a barrier (clear_row_amax).
-template <int D, int THREADS, int BATCH = 1>
-__device__ __forceinline__ void quantize_rows_nvfp4_from_amax(const __nv_bfloat16* h, int row0, int rows, int t,
-                                                              const uint32_t* row_amax, uint8_t* codes,
-                                                              uint8_t* block_scales, float* row_scale,
-                                                              __nv_bfloat16* dequant, uint8_t* mantissa_bits,
-                                                              uint32_t* status) {
-  static_assert(D % 16 == 0 && BATCH >= 1, "D % 16 == 0, BATCH >= 1");
+// Blocks blk0 .. blk0 + BLOCKS - 1 of rows row0 .. row0 + rows of h [M, D], one (row, block of 16) per thread in turn
+// (THREADS threads, this one t), given each row's amax as float bits (amax_bits(row), row an int64: every part of the
+// row folded in, fold_row_amax). Without a row reduction here, every (row, block) is independent: one round trip
+// for the block and its row's amax together. BATCH blocks per thread go out at once (a wide tile's last CTA has 24
+// per thread at 30B's TN=128; a decode tile's one or two, where BATCH = 1 keeps the registers of a 64-register
+// kernel). The block holding column 0 writes its row's scale.
+template <int D, int BLOCKS, int THREADS, int BATCH, class AmaxBits>
+__device__ __forceinline__ void quantize_row_blocks_nvfp4(const __nv_bfloat16* h, int row0, int rows, int blk0, int t,
+                                                          AmaxBits amax_bits, uint8_t* codes, uint8_t* block_scales,
+                                                          float* row_scale, __nv_bfloat16* dequant,
+                                                          uint8_t* mantissa_bits, uint32_t* status) {
+  static_assert(D % 16 == 0 && BLOCKS >= 1 && BLOCKS <= D / 16 && BATCH >= 1, "D % 16 == 0, BLOCKS of D, BATCH >= 1");
   using V = Vec8<__nv_bfloat16>;
-  constexpr int kBlocks = D / 16;
-  const int total = rows * kBlocks;
+  const int total = rows * BLOCKS;
 #pragma unroll 1
   for (int i0 = t; i0 < total; i0 += BATCH * THREADS) {
     V v[BATCH][2];
     uint32_t bits[BATCH];
 #pragma unroll
-    for (int b = 0; b < BATCH; ++b) {  // h and row_amax come from other CTAs of this launch: L2 loads (ld.cg)
+    for (int b = 0; b < BATCH; ++b) {  // h may come from other CTAs of this launch: L2 loads (ld.cg)
       const int i = i0 + b * THREADS;
       if (i < total) {
-        const int64_t row = row0 + i / kBlocks;
-        const uint4* src = reinterpret_cast<const uint4*>(h + row * D + (i % kBlocks) * 16);
+        const int64_t row = row0 + i / BLOCKS;
+        const uint4* src = reinterpret_cast<const uint4*>(h + row * D + (blk0 + i % BLOCKS) * 16);
         v[b][0].raw = __ldcg(src);
         v[b][1].raw = __ldcg(src + 1);
-        bits[b] = __ldcg(row_amax + row);
+        bits[b] = amax_bits(row);
       }
     }
 #pragma unroll
     for (int b = 0; b < BATCH; ++b) {
       const int i = i0 + b * THREADS;
       if (i >= total) break;
-      const int64_t row = row0 + i / kBlocks;
-      const int blk = i % kBlocks;
+      const int64_t row = row0 + i / BLOCKS;
+      const int blk = blk0 + i % BLOCKS;
       const float amax = __uint_as_float(bits[b]);
       if (!nvfp4::is_finite(amax)) {  // SwiGLU overflowed: report, leave this row's outputs unwritten
 #pragma unroll
@@ -210,6 +209,20 @@ __device__ __forceinline__ void quantize_rows_nvfp4_from_amax(const __nv_bfloat1
       }
     }
   }
+}
+
+// The complete rows row0 .. row0 + rows of h [M, D] (a last CTA's), their amaxes in row_amax [M] (fold_row_amax of
+// every CTA that wrote them; h and row_amax come from other CTAs of this launch). The caller clears row_amax[row0 ..]
+// after a barrier (clear_row_amax).
+template <int D, int THREADS, int BATCH = 1>
+__device__ __forceinline__ void quantize_rows_nvfp4_from_amax(const __nv_bfloat16* h, int row0, int rows, int t,
+                                                              const uint32_t* row_amax, uint8_t* codes,
+                                                              uint8_t* block_scales, float* row_scale,
+                                                              __nv_bfloat16* dequant, uint8_t* mantissa_bits,
+                                                              uint32_t* status) {
+  quantize_row_blocks_nvfp4<D, D / 16, THREADS, BATCH>(
+      h, row0, rows, 0, t, [&](int64_t row) { return __ldcg(row_amax + row); }, codes, block_scales, row_scale,
+      dequant, mantissa_bits, status);
 }
 
 // row_amax of the rows a last CTA quantized back to zero for the next launch, once a barrier ordered every thread's

@@ -51,6 +51,7 @@ class CudaKernel:
         self._functions: dict[int, object] = {}
         self._modules: dict[int, object] = {}
         self._smem_allowed: dict[int, int] = {}  # device -> dynamic shared memory limit set
+        self._nonportable_clusters: set[int] = set()  # devices where clusters above 8 CTAs are allowed
         self._occupancy: dict[tuple[int, int, int], int] = {}  # (device, threads, smem) -> CTAs per SM
         self._lock = threading.Lock()
 
@@ -86,6 +87,16 @@ class CudaKernel:
         check(cu.cuFuncSetAttribute(self.function(device_index), attr, smem), "cuFuncSetAttribute", self.name)
         self._smem_allowed[device_index] = smem
         self._occupancy = {key: n for key, n in self._occupancy.items() if key[0] != device_index}  # may differ now
+
+    def allow_nonportable_cluster_size(self, device_index: int) -> None:
+        """Let the kernel run clusters of more than 8 CTAs (up to 16 on sm_90; its __cluster_dims__ sets the size),
+        once per device: without it the launch of such a kernel fails."""
+        if device_index in self._nonportable_clusters:
+            return
+        cu = driver()
+        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        check(cu.cuFuncSetAttribute(self.function(device_index), attr, 1), "cuFuncSetAttribute", self.name)
+        self._nonportable_clusters.add(device_index)
 
     def max_active_blocks_per_sm(self, device_index: int, threads: int, smem: int = 0) -> int:
         """CTAs per SM (the driver's occupancy query, asked once per device, block size and shared memory:

@@ -88,6 +88,15 @@ class TileConfig:
     # trip (moe_nvfp4_row.cuh; forty-first session). auto's ws gate_up tile has it since the forty-third
     # (AUTO_GATE_UP_TABLE); the A/B table "auto_ra0" is auto without it.
     row_amax: bool = False
+    # v1 fused gate_up quantized in-kernel only (the other kinds' kernels ignore it): a token tile's N / (64 x
+    # warpgroups) CTAs are one thread-block cluster (at most 16: 30B's 12, not 235B's 24); each CTA folds its part of
+    # each row's amax into its own shared memory, reads the other CTAs' parts after a cluster barrier and quantizes its
+    # own columns of h (moe_gemm.cuh CLUSTER_Q, fifty-third session): no quantize launch after the GEMM, no last CTA.
+    cluster_quant: bool = False
+
+
+# A cluster has at most 16 CTAs on sm_90 (above 8 with the non-portable size attribute, which the launch sets).
+MAX_CLUSTER_CTAS = 16
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
@@ -192,11 +201,14 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" with every fused gate_up quantized by its own last CTA, v1 tiles too (A/B runs)
                "auto_qk": AUTO_TILE_TABLE,
                # "auto" without row_amax (its ws gate_up tile's rows reduced by a warp each, as until 2026-12-06)
-               "auto_ra0": AUTO_TILE_TABLE}
+               "auto_ra0": AUTO_TILE_TABLE,
+               # "auto" with the fused gate_up's v1 decode tiles (TN <= 32) quantizing in a cluster (cluster_quant)
+               # instead of afterwards, where a cluster holds a token tile's CTAs (A/B runs)
+               "auto_cq": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp0", "auto_qk", "auto_ra0")
+               "auto_sp0", "auto_qk", "auto_ra0", "auto_cq")
 # The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
 # group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
 # same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
@@ -205,7 +217,8 @@ AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns
 # T=2048 (+0.1% in the sixth), its fused gate_up 0.5-2.2% faster in all six, and 235B within that run's noise (its
 # control cell, T=1024, the same kernels in both arms, moved 4%). auto_sp0 is auto without it; auto_ns0, auto_gp0,
 # auto_ov and auto_cb (whose combining prefill down tile never ran with it) are without it too.
-STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra0")
+STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra0",
+                        "auto_cq")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -410,6 +423,10 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # (at TN=32, 4 chunks per stage, ptxas serializes the wgmmas: C7512 / C7518, nvcc 13.0)
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, step_pipeline=True),
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, quantize_after=True, step_pipeline=True),
+    # a token tile's CTAs as one cluster that exchanges the row amaxes in shared memory (cluster_quant, fifty-third
+    # session): auto_cq's fused decode tiles (TN=8, 16 and 32 rings, stepped as auto runs them), and the TN=8 ring at two
+    # warpgroups where auto runs one (30B at T=8: 12 CTAs per token tile instead of 24)
+    *(replace(stepped(tile), cluster_quant=True) for _, tile in TILE_TABLE[:3]),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -484,6 +501,12 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return _with_tn64_band(_unstepped_table("auto", kind, k))
     if variant == "auto_qk" and kind is not None:  # auto's tables, no fused gate_up quantized afterwards
         return tuple((limit, replace(tile, quantize_after=False)) for limit, tile in _unstepped_table("auto", kind, k))
+    if variant == "auto_cq" and kind == "gate_up_swiglu":  # auto's, its v1 decode tiles quantizing in a cluster
+        return tuple((limit, replace(tile, quantize_after=False, cluster_quant=True)
+                      if tile.variant == "v1" and tile.quantize_after and tile.tile_tokens <= 32 else tile)
+                     for limit, tile in _unstepped_table("auto", kind, k))
+    if variant == "auto_cq" and kind is not None:  # (the other kinds: auto's tables)
+        return _unstepped_table("auto", kind, k)
     if variant == "auto_ra0" and kind is not None:  # auto's tables without row_amax
         return tuple((limit, replace(tile, row_amax=False)) for limit, tile in _unstepped_table("auto", kind, k))
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
@@ -545,6 +568,14 @@ def _fits(tile: TileConfig, k: int, n: int | None) -> bool:
     return True
 
 
+def cluster_fits(tile: TileConfig, n: int) -> bool:
+    """Whether a cluster_quant tile's CTAs per token tile (N / (64 x warpgroups)) fit one cluster."""
+    try:
+        return n // (64 * warpgroups_for(n, tile)) <= MAX_CLUSTER_CTAS
+    except ValueError:
+        return False
+
+
 def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None, variant: str = "auto") -> TileConfig:
     """v1's tile for `average` rows per expert where the `variant` auto table's tile does not fit K (or N), as that
     table's v1 tiles run (_auto_tile), with the tile's own fused-epilogue choices (quantize_after, row_amax).
@@ -553,6 +584,8 @@ def auto_fallback(tile: TileConfig, k: int, average: float, n: int | None = None
     T=1, where auto's ws rows do not fit; profiling/results/moe_fallback_h100_*.json): the fused gate_up
     0.0273-0.0276 ms with row_amax against 0.0302-0.0305 without and 0.0296-0.0298 for the one-warpgroup ring quantized
     afterwards; the down GEMM 0.0200-0.0203 ms against 0.0213-0.0216 for the weights_direct tile."""
+    if tile.cluster_quant and n is not None and not cluster_fits(tile, n):  # quantized afterwards instead
+        tile = replace(tile, cluster_quant=False, quantize_after=True)
     if _fits(tile, k, n):
         return tile
     fallback = _table_tile(_as_auto_runs(TILE_TABLE, variant), average)
@@ -606,7 +639,8 @@ def smem_bytes(tile: TileConfig, warpgroups: int, experts: int, k: int) -> int:
         slots, per_chunk = k // CHUNK_K, tile.tile_tokens * CHUNK_K * 2
     else:
         slots, per_chunk = tile.stages * tile.chunks_per_stage, tile.tile_tokens * CHUNK_K * 2 + warpgroups * (2048 + 256)
-    return slots * per_chunk + tile.tile_tokens * 12 + (experts + 1) * 4 + 16 + 1024
+    amax_words = 2 * tile.tile_tokens if tile.cluster_quant else 0  # (the fused kernel's: gemm_spec passes it)
+    return slots * per_chunk + tile.tile_tokens * 12 + amax_words * 4 + (experts + 1) * 4 + 16 + 1024
 
 
 def threads_for(tile: TileConfig, warpgroups: int) -> int:
@@ -668,6 +702,9 @@ def check_tile(tile: TileConfig, k: int) -> None:
                          f"overlap): {tile}")
     if tile.row_amax and tile.quantize_after:
         raise ValueError(f"row_amax is for the fused gate_up's in-kernel quantization, not quantize_after: {tile}")
+    if tile.cluster_quant and (tile.variant != "v1" or tile.quantize_after or tile.row_amax):
+        raise ValueError(f"cluster_quant is a v1 knob for the fused gate_up's in-kernel quantization, without "
+                         f"quantize_after and row_amax: {tile}")
     if tile.variant == "ws" and tile.fused_combine:
         raise ValueError(f"fused_combine is a v1 knob (the ws down GEMM is followed by moe_combine): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
@@ -694,7 +731,11 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     nwg = warpgroups_for(n, tile)
     async_epilogue = tile.async_epilogue and epilogue == "SwigluQuant"  # other epilogues: the same kernel
     row_amax = tile.row_amax and epilogue == "SwigluQuant"  # (likewise)
-    smem = smem_bytes(replace(tile, async_epilogue=async_epilogue), nwg, shape.experts, k)
+    cluster = n // (64 * nwg) if tile.cluster_quant and epilogue == "SwigluQuant" else 0  # (likewise)
+    if cluster > MAX_CLUSTER_CTAS:
+        raise ValueError(f"cluster_quant: the fused gate_up's {cluster} CTAs per token tile (N={n} / 64 x {nwg} "
+                         f"warpgroups) are more than one cluster holds ({MAX_CLUSTER_CTAS}): {tile}")
+    smem = smem_bytes(replace(tile, async_epilogue=async_epilogue, cluster_quant=cluster > 0), nwg, shape.experts, k)
     threads = threads_for(tile, nwg)
     pieces = tile.tile_tokens * CHUNK_K * 2 // 16  # 16-byte activation pieces per K chunk
     if tile.gather_pieces and tile.variant != "v1":
@@ -706,9 +747,10 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     min_blocks = tile.fused_min_blocks if epilogue == "SwigluQuant" and tile.fused_min_blocks else tile.min_blocks
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
     combine_top_k = shape.top_k if tile.fused_combine and kind == "down_routed" else 0
-    bare = replace(tile, quantize_after=False, fused_combine=False, gather_pieces=False, row_amax=False)
+    bare = replace(tile, quantize_after=False, fused_combine=False, gather_pieces=False, row_amax=False,
+                   cluster_quant=False)
     table_tile = any(bare == t for _, t in TILE_TABLE) and not tile.warpgroups and not combine_top_k and \
-        not gather_pieces and not row_amax
+        not gather_pieces and not row_amax and not cluster
     if tile.variant == "ws":
         extra = {"ws": 1, "st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "cps": tile.chunks_per_stage,
                  "ov": int(tile.overlap), **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {}),
@@ -721,7 +763,8 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
                  **({"wd": tile.weights_direct} if tile.weights_direct else {}),
                  **({"cb": combine_top_k} if combine_top_k else {}),
                  **({"ns": tile.n_step} if tile.n_step else {}), **({"gp": 1} if gather_pieces else {}),
-                 **({"sp": 1} if tile.step_pipeline else {}), **({"ra": 1} if row_amax else {})}
+                 **({"sp": 1} if tile.step_pipeline else {}), **({"ra": 1} if row_amax else {}),
+                 **({"cq": 1} if cluster else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -732,12 +775,13 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct, "combine_top_k": combine_top_k,
               "n_step": tile.n_step, "gather_pieces": "true" if gather_pieces else "",
               "step_pipeline": "true" if tile.step_pipeline else "", "row_amax": "true" if row_amax else "",
+              "cluster": cluster,
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
               "block_rows": 64 * nwg * tile.m_tiles, "n": n, "k": k, "experts": shape.experts, "kind": kind,
               "persistent": tile.variant == "ws", "min_blocks": min_blocks, "warpgroups": nwg,
-              "combine_top_k": combine_top_k, "row_amax": row_amax}
+              "combine_top_k": combine_top_k, "row_amax": row_amax, "cluster": cluster}
     return KernelSpec(op="moe_gemm", name=name, template="moe_gemm.cu.jinja", params=params, launch=launch,
                       headers=HEADERS, needs_cutlass=True)
 
