@@ -371,6 +371,17 @@ def test_cuda_graph_replay_matches_eager(variant):
         assert torch.equal(replayed, eager)
 
 
+def _replay_on(graph, fresh, x, s_a, up_out, y):
+    """A captured layer's replay on fresh's activations (copied into its input buffers x, s_a), its outputs y and
+    up_out's codes poisoned first."""
+    x.copy_(fresh.a)
+    s_a.copy_(fresh.s_a)
+    y.fill_(float("nan"))
+    up_out.q.codes.fill_(0xFF)
+    graph.replay()
+    torch.cuda.synchronize()
+
+
 def test_row_amax_layer_replays_auto_bits():
     """auto's ws gate_up tile at T <= 2 (folding each row's amax in every CTA, TileConfig.row_amax) captured in a CUDA
     graph and replayed on new inputs: the layer's h, codes and output equal the eager bits of auto_ra0's tile (a warp
@@ -384,12 +395,7 @@ def test_row_amax_layer_replays_auto_bits():
     graph, x, s_a, up_out, y = _captured_layer(p, 2, tile, None)
     for seed in (1, 2, 3):
         fresh = problem("qwen3-30b-a3b", 2, 41 + seed)
-        x.copy_(fresh.a)
-        s_a.copy_(fresh.s_a)
-        y.fill_(float("nan"))
-        up_out.q.codes.fill_(0xFF)
-        graph.replay()
-        torch.cuda.synchronize()
+        _replay_on(graph, fresh, x, s_a, up_out, y)
         assert not _row_amax_pool().any()
         want = ops.moe_gate_up(fresh.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=fresh.s_a, tile=reduced)
         want_y = ops.moe_down(want.a_next, p.down, r, row_scale=want.q.scale)
@@ -479,12 +485,7 @@ def test_auto_cq_layer_equals_auto(tokens, monkeypatch):
         layer(x, s_a, up_out, y)
     for seed in (1, 2):
         other = problem("qwen3-30b-a3b", tokens, 950 + tokens + seed)
-        x.copy_(other.a)
-        s_a.copy_(other.s_a)
-        y.fill_(float("nan"))
-        up_out.q.codes.fill_(0xAB)
-        graph.replay()
-        torch.cuda.synchronize()
+        _replay_on(graph, other, x, s_a, up_out, y)
         monkeypatch.setattr(codegen, "DEFAULT_VARIANT", "auto")
         eager = layer(other.a, other.s_a, *fresh_buffers())
         monkeypatch.setattr(codegen, "DEFAULT_VARIANT", "auto_cq")
