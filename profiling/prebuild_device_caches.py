@@ -19,7 +19,8 @@ Sets:
   wide          the decode kernels run_gpu_checks_decode_wide.sh benchmarks at GQA 16 and 12 (mma4l and mma4l_c16)
   tuning        the MoE GEMMs of sweep_moe_gemm_tiles.py --tiles tuning at the other_shapes MoE shapes
                 (run_gpu_checks_moe_tuned_tables.sh)
-  moe_cluster   run_gpu_checks_moe_cluster_quant.sh's MoE kernels (auto against auto_cq, the cluster_quant tiles)
+  moe_cluster   run_gpu_checks_moe_cluster_quant.sh's MoE kernels (auto against auto_cq, the cluster_quant tiles;
+                75 in 297 s here, 5.9 MiB, fifty-third session)
   moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp0 / auto_ra0 tables
                 (run_gpu_checks_step_pipeline_ab.sh and, with engine, run_gpu_checks_step_pipeline_default.sh and
                 run_gpu_checks_moe_row_amax.sh; carried alone as .tkcache_moe: with the tree and
