@@ -187,7 +187,8 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
                              "65535): use a wider tile")
         grid = (x_tiles, token_tiles, 1)
     fused = kind == "gate_up_swiglu"
-    counters = _counters(a.device, token_tiles, "gate_up", spec.name) if fused else None
+    # the last-CTA quantization's arrival counters (a cluster_quant kernel has no last CTA)
+    counters = _counters(a.device, token_tiles, "gate_up", spec.name) if fused and not launch["cluster"] else None
     # ROW_AMAX kernels: each row's amax as uint32 float bits, folded by every CTA (left zero like the counters)
     row_amax = _counters(a.device, m, "gate_up_row_amax", spec.name) if launch["row_amax"] else None
     status = _status_word(device_index) if fused else None
