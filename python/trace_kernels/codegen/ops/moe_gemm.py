@@ -424,8 +424,8 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, step_pipeline=True),
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, quantize_after=True, step_pipeline=True),
     # a token tile's CTAs as one cluster that exchanges the row amaxes in shared memory (cluster_quant, fifty-third
-    # session): auto_cq's fused decode tiles (TN=8, 16 and 32 rings, stepped as auto runs them), and the TN=8 ring at two
-    # warpgroups where auto runs one (30B at T=8: 12 CTAs per token tile instead of 24)
+    # session): auto_cq's fused decode tiles, the TN=8, 16 and 32 rings (two warpgroups: 12 CTAs per 30B token tile),
+    # stepped as auto runs them
     *(replace(stepped(tile), cluster_quant=True) for _, tile in TILE_TABLE[:3]),
 )
 
