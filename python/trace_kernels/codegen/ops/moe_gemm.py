@@ -568,10 +568,15 @@ def _fits(tile: TileConfig, k: int, n: int | None) -> bool:
     return True
 
 
+def token_tile_ctas(n: int, warpgroups: int) -> int:
+    """CTAs per token tile of a v1 GEMM with N weight rows (64 per warpgroup): a cluster_quant kernel's cluster size."""
+    return n // (64 * warpgroups)
+
+
 def cluster_fits(tile: TileConfig, n: int) -> bool:
-    """Whether a cluster_quant tile's CTAs per token tile (N / (64 x warpgroups)) fit one cluster."""
+    """Whether a cluster_quant tile's CTAs per token tile fit one cluster."""
     try:
-        return n // (64 * warpgroups_for(n, tile)) <= MAX_CLUSTER_CTAS
+        return token_tile_ctas(n, warpgroups_for(n, tile)) <= MAX_CLUSTER_CTAS
     except ValueError:
         return False
 
@@ -731,7 +736,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     nwg = warpgroups_for(n, tile)
     async_epilogue = tile.async_epilogue and epilogue == "SwigluQuant"  # other epilogues: the same kernel
     row_amax = tile.row_amax and epilogue == "SwigluQuant"  # (likewise)
-    cluster = n // (64 * nwg) if tile.cluster_quant and epilogue == "SwigluQuant" else 0  # (likewise)
+    cluster = token_tile_ctas(n, nwg) if tile.cluster_quant and epilogue == "SwigluQuant" else 0  # (likewise)
     if cluster > MAX_CLUSTER_CTAS:
         raise ValueError(f"cluster_quant: the fused gate_up's {cluster} CTAs per token tile (N={n} / 64 x {nwg} "
                          f"warpgroups) are more than one cluster holds ({MAX_CLUSTER_CTAS}): {tile}")
