@@ -203,7 +203,9 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # "auto" without row_amax (its ws gate_up tile's rows reduced by a warp each, as until 2026-12-06)
                "auto_ra0": AUTO_TILE_TABLE,
                # "auto" with the fused gate_up's v1 decode tiles (TN <= 32) quantizing in a cluster (cluster_quant)
-               # instead of afterwards, where a cluster holds a token tile's CTAs (A/B runs)
+               # instead of afterwards, where a cluster holds a token tile's CTAs (A/B runs). Lost its A/B (fifty-fourth
+               # session, an H100, profiling/results/moe_cluster_quant_h100_round{1,2}.json): the 30B layer 1-2% slower
+               # at T=32, 5-6% at T=64-128, 10% at T=256, 16-17% at T=1024
                "auto_cq": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
@@ -424,8 +426,8 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, step_pipeline=True),
     replace(stepped(TILE_TABLE[-1][1]), gather_pieces=True, quantize_after=True, step_pipeline=True),
     # a token tile's CTAs as one cluster that exchanges the row amaxes in shared memory (cluster_quant, fifty-third
-    # session): auto_cq's fused decode tiles, the TN=8, 16 and 32 rings (two warpgroups: 12 CTAs per 30B token tile),
-    # stepped as auto runs them
+    # session; slower than quantize_after, fifty-fourth): auto_cq's fused decode tiles, the TN=8, 16 and 32 rings (two
+    # warpgroups: 12 CTAs per 30B token tile), stepped as auto runs them
     *(replace(stepped(tile), cluster_quant=True) for _, tile in TILE_TABLE[:3]),
 )
 
