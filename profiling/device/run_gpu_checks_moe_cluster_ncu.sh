@@ -4,10 +4,12 @@
 # fused gate_up at T=64 (TN=8 ring) and T=1024 (TN=32 ring), auto's kernel that stores h for the quantize launch after
 # it (`gate_up_swiglu_h`) against auto_cq's cluster kernel (`_cq1`): duration, DRAM throughput, theoretical and
 # achieved occupancy, the clusters the SMs hold at once (Occupancy and LaunchStats sections), and where the warps wait.
-# Usage (repo root; carry .whl, .tkcache_cq): OUT=$OUT [BUDGET=240] bash profiling/device/run_gpu_checks_moe_cluster_ncu.sh
+# Then, with the time left (at most 120 s), racecheck on the tiny cluster tiles at T=64, which did not finish inside the
+# A/B call's 60 s.
+# Usage (repo root; carry .whl, .tkcache_cq): OUT=$OUT [BUDGET=360] bash profiling/device/run_gpu_checks_moe_cluster_ncu.sh
 #   -> $OUT/moe_cluster_ncu.tar
 set -uo pipefail
-source profiling/device/gpu_env.sh --call moe_cluster_ncu 240 .tkcache_cq
+source profiling/device/gpu_env.sh --call moe_cluster_ncu 360 .tkcache_cq
 log_machine "$DIR/machine.log"
 
 for t in 1024 64; do
@@ -20,4 +22,7 @@ for t in 1024 64; do
     [ -f "$rep.txt" ] && grep -E "Cluster|cluster" "$rep.txt" | head -8
   done
 done
+limit=$(( $(left) - 5 )); [ "$limit" -gt 120 ] && limit=120
+[ "$limit" -gt 30 ] && sanitize racecheck "$limit" "$DIR/sanitizer_racecheck.log" python3 -m pytest -q -p no:cacheprovider \
+  tests/gpu/test_moe_gemm.py -k "test_cluster_quant_tiles_equal_quantize_after and tiny and 64"
 echo "== done ($(left)s left)"
