@@ -10,7 +10,6 @@
 #   -> $OUT/moe_cluster_ncu.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_cluster_ncu 360 .tkcache_cq
-log_machine "$DIR/machine.log"
 
 for t in 1024 64; do
   tn=$([ "$t" = 64 ] && echo 8 || echo 32)
