@@ -176,7 +176,7 @@ def _launch_gemm(kind: str, a, weights: MoEWeights, offsets, row_index, row_scal
     token_tiles = (_grid_token_tiles or token_tile_bound)(m, e, tile.tile_tokens)
     x_tiles = weights.n // launch["block_rows"]
     kernel.allow_dynamic_smem(device_index, launch["smem_bytes"])  # before the occupancy query
-    if launch["cluster"] > 8:  # cluster_quant: 30B's 12 CTAs per token tile
+    if launch["cluster"] > codegen.PORTABLE_CLUSTER_CTAS:  # cluster_quant: 30B's 12 CTAs per token tile
         kernel.allow_nonportable_cluster_size(device_index)
     if launch["persistent"]:  # ws: CTAs walk the (token tile, weight tile) items counted on the device
         grid = (min(_persistent_ctas(kernel, device_index, launch["threads"], launch["smem_bytes"]),

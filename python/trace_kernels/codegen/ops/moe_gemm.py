@@ -95,8 +95,10 @@ class TileConfig:
     cluster_quant: bool = False
 
 
-# A cluster has at most 16 CTAs on sm_90 (above 8 with the non-portable size attribute, which the launch sets).
+# A cluster has at most 16 CTAs on sm_90 (above 8, the portable size, with the non-portable size attribute, which
+# the launch sets).
 MAX_CLUSTER_CTAS = 16
+PORTABLE_CLUSTER_CTAS = 8
 
 
 # (largest average rows per expert, tile). Decode wants narrow N and a deep ring (the bytes are the
