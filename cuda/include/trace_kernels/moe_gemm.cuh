@@ -100,16 +100,30 @@ __device__ __forceinline__ void cp_async_16_if(void* smem_dst, const void* gmem_
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-// Weight bytes read once (WDIRECT): straight into registers, not kept in L1.
+// Weight bytes read once (WDIRECT): straight into registers, not kept in L1. ORDERED (the prologue's loads, ahead of
+// griddepcontrol.wait): volatile and not .nc, so that neither the compiler nor ptxas sinks them past that wait and the
+// weights stream while the previous kernel finishes (ptxas moved the .nc loads past it and past the CTA barrier once
+// the token rows' loads were split, fifty-fifth session); the main loop's refills stay .nc and free to move.
+template <bool ORDERED = false>
 __device__ __forceinline__ uint4 ldg_stream_16(const void* src) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src));
+  if constexpr (ORDERED) {
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src));
+  } else {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src));
+  }
   return v;
 }
+template <bool ORDERED = false>
 __device__ __forceinline__ uint2 ldg_stream_8(const void* src) {
   uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(src));
+  if constexpr (ORDERED) {
+    asm volatile("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(src));
+  } else {
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(src));
+  }
   return v;
 }
 // cp.async writes through the generic proxy; wgmma reads shared memory through the async proxy.
@@ -282,24 +296,41 @@ __device__ __forceinline__ void scan_expert_tiles(const int32_t* offsets, int32_
   if (tid == 31) tile_start[E] = incl;
 }
 
-// Rows n = first, first + stride, ... < TN of a token tile (its sorted rows row0 .. row0 + rows_valid - 1):
-// the source row (-1 past the expert's end), the output scale s_w[e] * 2^7 * s_a[src] (A holds the
-// weights * 2^-7, exact) and the router weight (RouterWeight; else 0). Both GEMM variants.
+// Row n of a token tile (its sorted rows row0 .. row0 + rows_valid - 1), as requested from global memory: the source
+// row (-1 past the expert's end), its activation row scale s_a (1 without one) and router weight (RouterWeight; else
+// 0). Nothing here reads the loaded values, so the loads of scale and weight stay in flight until store_token_row.
+struct TokenRowLoads {
+  int src;
+  float row_scale, weight;
+};
+template <Epilogue EPI>
+__device__ __forceinline__ TokenRowLoads request_token_row(const MoEGemmParams& p, int row0, int rows_valid, int n) {
+  TokenRowLoads r{-1, 0.0f, 0.0f};
+  if (n < rows_valid) {
+    r.src = p.row_index ? p.row_index[row0 + n] : row0 + n;
+    r.row_scale = p.row_scale ? p.row_scale[r.src] : 1.0f;
+    if constexpr (EPI == Epilogue::RouterWeight) r.weight = p.row_weight[row0 + n];
+  }
+  return r;
+}
+// Row n's output scale s_w[e] * 2^7 * s_a (A holds the weights * 2^-7, exact; 0 past the expert's end) and router
+// weight into shared memory. s_w: p.w_scale[expert] * dequant::kWeightScaleFold.
+__device__ __forceinline__ void store_token_row(const TokenRowLoads& r, int n, float s_w, float* scale_out,
+                                                float* weight_out) {
+  scale_out[n] = r.src >= 0 ? s_w * r.row_scale : 0.0f;
+  weight_out[n] = r.weight;
+}
+
+// Rows n = first, first + stride, ... < TN of a token tile: source rows, output scales and router weights into
+// shared memory (the ws variant's gatherers; v1 splits the two, see moe_gemm_device).
 template <int TN, Epilogue EPI>
 __device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expert, int row0, int rows_valid, int first,
                                                 int stride, int32_t* src_rows, float* scale_out, float* weight_out) {
   const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;
   for (int n = first; n < TN; n += stride) {
-    int src = -1;
-    float scale = 0.0f, weight = 0.0f;
-    if (n < rows_valid) {
-      src = p.row_index ? p.row_index[row0 + n] : row0 + n;
-      scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
-      if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
-    }
-    src_rows[n] = src;
-    scale_out[n] = scale;
-    weight_out[n] = weight;
+    const TokenRowLoads r = request_token_row<EPI>(p, row0, rows_valid, n);
+    src_rows[n] = r.src;
+    store_token_row(r, n, s_w, scale_out, weight_out);
   }
 }
 
@@ -482,14 +513,26 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 #pragma unroll
     for (int r = 0; r < WDIRECT; ++r) {
       if (r < kChunks) {
-        direct_codes[r] = detail::ldg_stream_16(code_c + r * detail::kCodeRecord);
-        direct_scales[r] = detail::ldg_stream_8(direct_scale_c + r * detail::kScaleRecord);
+        direct_codes[r] = detail::ldg_stream_16<true>(code_c + r * detail::kCodeRecord);
+        direct_scales[r] = detail::ldg_stream_8<true>(direct_scale_c + r * detail::kScaleRecord);
       }
     }
   }
+  const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;
   pdl::wait_for_prerequisite_grid();  // the activations, their row scales: the previous kernel's outputs
 
-  load_token_rows<TN, EPI>(p, expert, row0, rows_valid, tid, kThreads, src_rows, token_scale, token_weight);
+  // The token rows in two halves: the source rows now, which the activation copies below need, and the output scales
+  // and router weights, which only the epilogue reads, stored once those copies are issued (the main loop's first
+  // barrier orders them before the epilogue). So the first activations wait for one round trip (the row index; none
+  // without one) instead of two (the row index, then the row scale: the down GEMM's, and the gate_up's behind it).
+  constexpr int kHeldRows = (TN + kThreads - 1) / kThreads;
+  TokenRowLoads held_rows[kHeldRows];
+#pragma unroll
+  for (int i = 0; i < kHeldRows; ++i) {
+    const int n = tid + i * kThreads;
+    held_rows[i] = request_token_row<EPI>(p, row0, rows_valid, n);
+    if (n < TN) src_rows[n] = held_rows[i].src;
+  }
   __syncthreads();
 
   // Each thread's copy sources and destinations are the same for every K chunk but for the chunk
@@ -581,6 +624,11 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       if (s < kChunks) load_activations(0, s, s);
       if (s % CPS == CPS - 1) detail::cp_async_commit();
     }
+  }
+#pragma unroll
+  for (int i = 0; i < kHeldRows; ++i) {
+    const int n = tid + i * kThreads;
+    if (n < TN) store_token_row(held_rows[i], n, s_w, token_scale, token_weight);
   }
   pdl::allow_dependent_launch();  // every CTA is past its prologue: the next kernel may get resident
   const int lane = tid % 32, warp_in_wg = (tid % 128) / 32;
