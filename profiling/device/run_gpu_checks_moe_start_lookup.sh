@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# v1's CTA start without the second lookup (fifty-seventh session): warp 0 finds the CTA's expert, first row and
+# valid rows during its scan of the offsets (find_token_tile), so one barrier precedes the weight requests instead of
+# two and the offsets are read once; and moe_combine requests slot_rows before its wait for the down GEMM. The
+# kernels' outputs are the same bits. One call (BUDGET s), this tree against BASE (.ab_base: 1ba4fb3, before it):
+#   1. both trees' auto kernels of both presets (a check of the carried cache)
+#   2. the layer, this tree against BASE, four rounds of bench_moe_tree in turn, T = 1, 8, 32, 64, 128, 256, 1024
+#   3. the MoE GPU tests (every tiling against the reference and bitwise against the others, batch invariance, graphs,
+#      the programmatic dependent launches against plain ones)
+#   4. memcheck and racecheck on the tiny fused gate_up and down GEMMs over every tiling
+#   5. while more than 150 s are left: this tree's prefill rows (T = 4096, 16384), one run
+# Usage (repo root; carry .whl, .tkcache_lookup, .ab_base): OUT=$OUT [BUDGET=560] bash \
+#     profiling/device/run_gpu_checks_moe_start_lookup.sh
+#   .ab_base: git archive 1ba4fb3 python cuda codegen profiling/bench_moe_gemm.py profiling/sweep_moe_gemm_tiles.py
+#     profiling/moe_gemm_ncu_case.py profiling/moe_prebuild.py | tar -x -C .ab_base
+#   .tkcache_lookup: both trees' auto kernels of both presets (moe_prebuild.py --tables auto --no-extras qwen3-30b-a3b
+#     qwen3-235b-a22b, the base tree's with PYTHONPATH=.ab_base/python and its own moe_prebuild.py), then
+#     python profiling/prebuild_device_caches.py --cache .tkcache_lookup moe_tests
+#   (AB_MIN_LEFT: the seconds a pair of step 2's runs needs left to start, default 200)
+#   -> $OUT/moe_start_lookup.tar
+set -uo pipefail
+source profiling/device/gpu_env.sh --call moe_start_lookup 560 .tkcache_lookup
+BASE=${BASE:-.ab_base}
+
+moe_prebuild_trees "$DIR" auto "qwen3-30b-a3b qwen3-235b-a22b" "$BASE"
+moe_tree_ab "$DIR" moe_start_lookup 1,8,32,64,128,256,1024 100 "$BASE" "${AB_MIN_LEFT:-200}"
+moe_tree_ab "$DIR" moe_start_lookup_more 1,8,32,64,128,256,1024 100 "$BASE" "${AB_MIN_LEFT:-200}"
+limit=$(( $(left) - 100 )); [ "$limit" -gt 150 ] && limit=150
+[ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
+moe_sanitizers_left "$DIR" 90
+[ "$(left)" -gt 150 ] && bench_moe_tree new "$DIR" moe_start_lookup_prefill 1 4096,16384 140 "$BASE"
+echo "== done ($(left)s left)"
