@@ -902,11 +902,12 @@ __device__ __forceinline__ void moe_combine_device(const __half* __restrict__ va
   if (t >= num_tokens) return;
   // slot_rows is the routing's, from before the GEMMs: requested ahead of the wait, so the per-slot rows' loads after
   // it wait for no round trip of their own. Under moe_down's launch this kernel starts once every down CTA has passed
-  // its own wait (every kernel of the layer waits before it lets the next start), so the routing has completed;
-  // L2 only (ld.cg): no L1 line older than that.
+  // its own wait (every kernel of the layer waits before it lets the next start), so the routing has completed, as
+  // the GEMMs assume of the offsets they read before their waits. Read-only path (ld.global.nc, as the loads after
+  // the wait compiled to): with ld.cg instead, moe_combine alone took 2-3% longer (fifty-seventh session, an H100).
   int32_t rows[TOPK];
 #pragma unroll
-  for (int j = 0; j < TOPK; ++j) rows[j] = __ldcg(slot_rows + t * TOPK + j);
+  for (int j = 0; j < TOPK; ++j) rows[j] = __ldg(slot_rows + t * TOPK + j);
   pdl::wait_for_prerequisite_grid();  // the per-slot rows: the down GEMM's output
   pdl::allow_dependent_launch();
   for (int b = threadIdx.x; b < H / slot_rows::kBlock; b += blockDim.x) {
