@@ -4,7 +4,8 @@
 # two and the offsets are read once; and moe_combine requests slot_rows before its wait for the down GEMM. The
 # kernels' outputs are the same bits. One call (BUDGET s), this tree against BASE (.ab_base: 1ba4fb3, before it):
 #   1. both trees' auto kernels of both presets (a check of the carried cache)
-#   2. the layer, this tree against BASE, four rounds of bench_moe_tree in turn, T = 1, 8, 32, 64, 128, 256, 1024
+#   2. the layer, this tree against BASE (and MID, when set), four rounds of bench_moe_tree in turn, T = 1, 8, 32, 64,
+#      128, 256, 1024 (JSON moe_start_lookup_{new,base}ROUND.json; MID's moe_start_lookup_basemROUND.json)
 #   3. the MoE GPU tests (every tiling against the reference and bitwise against the others, batch invariance, graphs,
 #      the programmatic dependent launches against plain ones)
 #   4. memcheck and racecheck on the tiny fused gate_up and down GEMMs over every tiling
@@ -16,15 +17,24 @@
 #   .tkcache_lookup: both trees' auto kernels of both presets (moe_prebuild.py --tables auto --no-extras qwen3-30b-a3b
 #     qwen3-235b-a22b, the base tree's with PYTHONPATH=.ab_base/python and its own moe_prebuild.py), then
 #     python profiling/prebuild_device_caches.py --cache .tkcache_lookup moe_tests
-#   (AB_MIN_LEFT: the seconds a pair of step 2's runs needs left to start, default 200)
+#   (AB_MIN_LEFT: the seconds a round of step 2 needs left to start, default 200. MID: a third tree, e.g. .ab_mid, git
+#    archive 6c9863a as above (slot_rows by ld.cg, the first call's tree); its auto kernels go into the cache too. Another
+#    cache: TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_ldg)
 #   -> $OUT/moe_start_lookup.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_start_lookup 560 .tkcache_lookup
 BASE=${BASE:-.ab_base}
+MID=${MID:-}
 
 moe_prebuild_trees "$DIR" auto "qwen3-30b-a3b qwen3-235b-a22b" "$BASE"
-moe_tree_ab "$DIR" moe_start_lookup 1,8,32,64,128,256,1024 100 "$BASE" "${AB_MIN_LEFT:-200}"
-moe_tree_ab "$DIR" moe_start_lookup_more 1,8,32,64,128,256,1024 100 "$BASE" "${AB_MIN_LEFT:-200}"
+[ -n "$MID" ] && cp "$DIR/build_base.log" "$DIR/build_base_only.log" &&
+  moe_prebuild_trees "$DIR" auto "qwen3-30b-a3b qwen3-235b-a22b" "$MID"
+for round in 1 2 3 4; do
+  [ "$(left)" -lt "${AB_MIN_LEFT:-200}" ] && break
+  bench_moe_tree new "$DIR" moe_start_lookup "$round" 1,8,32,64,128,256,1024 100 "$BASE"
+  bench_moe_tree base "$DIR" moe_start_lookup "$round" 1,8,32,64,128,256,1024 100 "$BASE"
+  [ -n "$MID" ] && bench_moe_tree base "$DIR" moe_start_lookup "m$round" 1,8,32,64,128,256,1024 100 "$MID"
+done
 limit=$(( $(left) - 100 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 moe_sanitizers_left "$DIR" 90
