@@ -17,7 +17,7 @@
 #   .tkcache_lookup: both trees' auto kernels of both presets (moe_prebuild.py --tables auto --no-extras qwen3-30b-a3b
 #     qwen3-235b-a22b, the base tree's with PYTHONPATH=.ab_base/python and its own moe_prebuild.py), then
 #     python profiling/prebuild_device_caches.py --cache .tkcache_lookup moe_tests
-#   (AB_MIN_LEFT: the seconds a round of step 2 needs left to start, default 200. MID: a third tree, e.g. .ab_mid, git
+#   (CHECKS=0: steps 1 and 2 only. AB_MIN_LEFT: the seconds a round of step 2 needs left to start, default 200. MID: a third tree, e.g. .ab_mid, git
 #    archive 6c9863a as above (slot_rows by ld.cg, the first call's tree); its auto kernels go into the cache too. Another
 #    cache: TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_ldg)
 #   -> $OUT/moe_start_lookup.tar
@@ -35,6 +35,7 @@ for round in 1 2 3 4; do
   bench_moe_tree base "$DIR" moe_start_lookup "$round" 1,8,32,64,128,256,1024 100 "$BASE"
   [ -n "$MID" ] && bench_moe_tree base "$DIR" moe_start_lookup "m$round" 1,8,32,64,128,256,1024 100 "$MID"
 done
+[ "${CHECKS:-1}" = 0 ] && { echo "== done ($(left)s left)"; exit 0; }
 limit=$(( $(left) - 100 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 moe_sanitizers_left "$DIR" 90
