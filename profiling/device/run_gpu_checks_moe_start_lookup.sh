@@ -14,12 +14,13 @@
 #     profiling/device/run_gpu_checks_moe_start_lookup.sh
 #   .ab_base: git archive 1ba4fb3 python cuda codegen profiling/bench_moe_gemm.py profiling/sweep_moe_gemm_tiles.py
 #     profiling/moe_gemm_ncu_case.py profiling/moe_prebuild.py | tar -x -C .ab_base
-#   .tkcache_lookup: both trees' auto kernels of both presets (moe_prebuild.py --tables auto --no-extras qwen3-30b-a3b
-#     qwen3-235b-a22b, the base tree's with PYTHONPATH=.ab_base/python and its own moe_prebuild.py), then
-#     python profiling/prebuild_device_caches.py --cache .tkcache_lookup moe_tests
-#   (CHECKS=0: steps 1 and 2 only. AB_MIN_LEFT: the seconds a round of step 2 needs left to start, default 200. MID: a third tree, e.g. .ab_mid, git
-#    archive 6c9863a as above (slot_rows by ld.cg, the first call's tree); its auto kernels go into the cache too. Another
-#    cache: TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_ldg)
+#   .tkcache_lookup: python profiling/prebuild_device_caches.py --cache .tkcache_lookup moe_tests first (it keeps only
+#     the newest entry of each kernel name), then both trees' auto kernels of both presets (moe_prebuild.py --tables
+#     auto --no-extras qwen3-30b-a3b qwen3-235b-a22b, the base tree's with PYTHONPATH=.ab_base/python and its own
+#     moe_prebuild.py)
+#   (CHECKS=0: steps 1 and 2 only. AB_MIN_LEFT: the seconds a round of step 2 needs left to start, default 200.
+#    MID: a third tree, e.g. .ab_mid, git archive 6c9863a as above (slot_rows by ld.cg, the first call's tree), whose
+#    auto kernels the cache holds too. Another cache: TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_ldg)
 #   -> $OUT/moe_start_lookup.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_start_lookup 560 .tkcache_lookup
