@@ -9,7 +9,7 @@
 #   3. the MoE GPU tests (every tiling against the reference and bitwise against the others, batch invariance, graphs,
 #      the programmatic dependent launches against plain ones)
 #   4. memcheck and racecheck on the tiny fused gate_up and down GEMMs over every tiling
-#   5. while more than 150 s are left: this tree's prefill rows (T = 4096, 16384), one run
+#   5. the prefill rows (T = 4096, 16384), this tree against BASE, up to four rounds while 60 s are left
 # Usage (repo root; carry .whl, .tkcache_lookup, .ab_base): OUT=$OUT [BUDGET=560] bash \
 #     profiling/device/run_gpu_checks_moe_start_lookup.sh
 #   .ab_base: git archive 1ba4fb3 python cuda codegen profiling/bench_moe_gemm.py profiling/sweep_moe_gemm_tiles.py
@@ -18,7 +18,8 @@
 #     the newest entry of each kernel name), then both trees' auto kernels of both presets (moe_prebuild.py --tables
 #     auto --no-extras qwen3-30b-a3b qwen3-235b-a22b, the base tree's with PYTHONPATH=.ab_base/python and its own
 #     moe_prebuild.py)
-#   (CHECKS=0: steps 1 and 2 only. AB_MIN_LEFT: the seconds a round of step 2 needs left to start, default 200.
+#   (CHECKS=0: steps 1 and 2 only. AB_MIN_LEFT: the seconds a round of step 2 needs left to start, default 200; above
+#    BUDGET, step 2 is skipped.
 #    MID: a third tree, e.g. .ab_mid, git archive 6c9863a as above (slot_rows by ld.cg, the first call's tree), whose
 #    auto kernels the cache holds too. Another cache: TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_ldg)
 #   -> $OUT/moe_start_lookup.tar
@@ -40,5 +41,9 @@ done
 limit=$(( $(left) - 100 )); [ "$limit" -gt 150 ] && limit=150
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 moe_sanitizers_left "$DIR" 90
-[ "$(left)" -gt 150 ] && bench_moe_tree new "$DIR" moe_start_lookup_prefill 1 4096,16384 140 "$BASE"
+for round in 1 2 3 4; do
+  [ "$(left)" -lt 60 ] && break
+  bench_moe_tree new "$DIR" moe_start_lookup_prefill "$round" 4096,16384 50 "$BASE"
+  bench_moe_tree base "$DIR" moe_start_lookup_prefill "$round" 4096,16384 50 "$BASE"
+done
 echo "== done ($(left)s left)"
