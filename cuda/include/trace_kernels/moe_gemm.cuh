@@ -266,6 +266,16 @@ struct MoESmem {
   static constexpr int bytes(int num_experts) { return kTileStart + (num_experts + 1) * 4 + 16 + 1024; }
 };
 
+// The sum of v over lanes 0 .. lane of a warp (every lane calls it).
+__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += u;
+  }
+  return v;
+}
+
 // tile_start[e] = the first token tile of expert e (exclusive scan of ceil(rows_e / TN) over the E
 // experts), tile_start[E] = the number of tiles. Called by warp 0 (tid < 32) only.
 template <int E, int TN>
@@ -281,12 +291,7 @@ __device__ __forceinline__ void scan_expert_tiles(const int32_t* offsets, int32_
     local[i] = sum;
     sum += tiles;
   }
-  int incl = sum;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (tid >= d) incl += v;
-  }
+  const int incl = warp_inclusive_sum(sum, tid);
   const int base = incl - sum;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -317,12 +322,7 @@ __device__ __forceinline__ void find_token_tile(const int32_t* offsets, int y_ti
     start[i] = sum;
     sum += (rows[i] + TN - 1) / TN;
   }
-  int incl = sum;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += v;
-  }
+  const int incl = warp_inclusive_sum(sum, lane);
   const int base = incl - sum;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
