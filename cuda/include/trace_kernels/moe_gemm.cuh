@@ -266,6 +266,16 @@ struct MoESmem {
   static constexpr int bytes(int num_experts) { return kTileStart + (num_experts + 1) * 4 + 16 + 1024; }
 };
 
+// The sum of v over lanes 0 .. lane of a warp (every lane calls it).
+__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += u;
+  }
+  return v;
+}
+
 // tile_start[e] = the first token tile of expert e (exclusive scan of ceil(rows_e / TN) over the E
 // experts), tile_start[E] = the number of tiles. Called by warp 0 (tid < 32) only.
 template <int E, int TN>
@@ -281,12 +291,7 @@ __device__ __forceinline__ void scan_expert_tiles(const int32_t* offsets, int32_
     local[i] = sum;
     sum += tiles;
   }
-  int incl = sum;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (tid >= d) incl += v;
-  }
+  const int incl = warp_inclusive_sum(sum, tid);
   const int base = incl - sum;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -294,6 +299,42 @@ __device__ __forceinline__ void scan_expert_tiles(const int32_t* offsets, int32_
     if (e < E) tile_start[e] = base + local[i];
   }
   if (tid == 31) tile_start[E] = incl;
+}
+
+// v1's CTA start: the token tile y_tile's expert, first sorted row and valid rows into tile[0..2] and the number of
+// token tiles into tile[3], by scan_expert_tiles' scan with the search in warp 0 too. One barrier after it, not two,
+// and the offsets read once (a CTA's weight requests wait on this chain). tile[0..2] are left unwritten when y_tile
+// is past the last tile. Called by warp 0 (lane = tid < 32) only.
+template <int E, int TN>
+__device__ __forceinline__ void find_token_tile(const int32_t* offsets, int y_tile, int32_t* tile, int lane) {
+  constexpr int kPer = (E + 31) / 32;
+  int first[kPer], rows[kPer], start[kPer];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = lane * kPer + i;
+    first[i] = 0;
+    rows[i] = 0;
+    if (e < E) {
+      first[i] = offsets[e];
+      rows[i] = offsets[e + 1] - first[i];
+    }
+    start[i] = sum;
+    sum += (rows[i] + TN - 1) / TN;
+  }
+  const int incl = warp_inclusive_sum(sum, lane);
+  const int base = incl - sum;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int tile0 = base + start[i];  // an empty expert has no tile, so at most one (lane, i) matches
+    if (rows[i] > 0 && tile0 <= y_tile && y_tile < tile0 + (rows[i] + TN - 1) / TN) {
+      const int row0 = first[i] + (y_tile - tile0) * TN;
+      tile[0] = lane * kPer + i;
+      tile[1] = row0;
+      tile[2] = min(TN, first[i] + rows[i] - row0);
+    }
+  }
+  if (lane == 31) tile[3] = incl;
 }
 
 // Row n of a token tile (its sorted rows row0 .. row0 + rows_valid - 1), as requested from global memory: the source
@@ -440,8 +481,10 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   int32_t* src_rows = reinterpret_cast<int32_t*>(smem + Smem::kSrcRows);
   float* token_scale = reinterpret_cast<float*>(smem + Smem::kTokenScale);
   float* token_weight = reinterpret_cast<float*>(smem + Smem::kTokenWeight);
-  int32_t* tile_start = reinterpret_cast<int32_t*>(smem + Smem::kTileStart);  // [E+1]
-  int32_t* item = tile_start + E + 1;                                         // expert, last flag
+  // (4 of the E + 1 words MoESmem keeps at kTileStart, where v1 kept the whole scan before find_token_tile)
+  static_assert(E >= 3, "token_tile's 4 words");
+  int32_t* token_tile = reinterpret_cast<int32_t*>(smem + Smem::kTileStart);  // expert, row0, rows_valid, tiles
+  int32_t* item = token_tile + E + 1;                                         // [1]: the last-CTA flag
   // CLUSTER_Q: this CTA's part of each row's amax (read by the cluster's other CTAs), then the whole row's
   uint32_t* part_amax = reinterpret_cast<uint32_t*>(smem + Smem::kRowAmax);   // [TN]
   uint32_t* row_amax = part_amax + TN;                                        // [TN]
@@ -452,18 +495,15 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const int y_tile = blockIdx.y;     // global token tile
 
   // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
-  if (tid < 32) scan_expert_tiles<E, TN>(p.offsets, tile_start, tid);
+  if (tid < 32) find_token_tile<E, TN>(p.offsets, y_tile, token_tile, tid);
   if constexpr (kCluster) {
     for (int n = tid; n < TN; n += kThreads) part_amax[n] = 0;  // (folded into in the epilogue, many barriers later)
   }
   __syncthreads();
-  if (y_tile >= tile_start[E]) return;  // the grid is an upper bound (moe_routing.token_tile_bound)
-  for (int e = tid; e < E; e += kThreads)
-    if (tile_start[e] <= y_tile && y_tile < tile_start[e + 1]) item[0] = e;
-  __syncthreads();
-  const int expert = item[0];
-  const int row0 = p.offsets[expert] + (y_tile - tile_start[expert]) * TN;
-  const int rows_valid = min(TN, p.offsets[expert + 1] - row0);
+  if (y_tile >= token_tile[3]) return;  // the grid is an upper bound (moe_routing.token_tile_bound)
+  const int expert = token_tile[0];
+  const int row0 = token_tile[1];
+  const int rows_valid = token_tile[2];
   // NSTEP: the wgmmas' N is rows_valid rounded up to NSTEP, not TN (the columns past it would be discarded)
   const int n_mma = NSTEP ? min(TN, (rows_valid + NSTEP - 1) / NSTEP * NSTEP) : TN;
 
@@ -858,13 +898,18 @@ __device__ __forceinline__ void moe_combine_device(const __half* __restrict__ va
                                                    const int32_t* __restrict__ slot_rows,
                                                    __nv_bfloat16* __restrict__ out, int64_t num_tokens) {
   static_assert(H % slot_rows::kBlock == 0, "H % 16 == 0");
-  pdl::wait_for_prerequisite_grid();  // the per-slot rows: the down GEMM's output
-  pdl::allow_dependent_launch();
   const int64_t t = blockIdx.x;
   if (t >= num_tokens) return;
+  // slot_rows is the routing's, from before the GEMMs: requested ahead of the wait, so the per-slot rows' loads after
+  // it wait for no round trip of their own. Under moe_down's launch this kernel starts once every down CTA has passed
+  // its own wait (every kernel of the layer waits before it lets the next start), so the routing has completed, as
+  // the GEMMs assume of the offsets they read before their waits. Read-only path (ld.global.nc, as the loads after
+  // the wait compiled to): with ld.cg instead, moe_combine alone took 2-3% longer (fifty-seventh session, an H100).
   int32_t rows[TOPK];
 #pragma unroll
-  for (int j = 0; j < TOPK; ++j) rows[j] = slot_rows[t * TOPK + j];
+  for (int j = 0; j < TOPK; ++j) rows[j] = __ldg(slot_rows + t * TOPK + j);
+  pdl::wait_for_prerequisite_grid();  // the per-slot rows: the down GEMM's output
+  pdl::allow_dependent_launch();
   for (int b = threadIdx.x; b < H / slot_rows::kBlock; b += blockDim.x) {
     slot_rows::combine_block<H, TOPK>(values, exponents, [&](int j) { return rows[j]; }, b,
                                       out + static_cast<size_t>(t) * H);
