@@ -140,7 +140,7 @@ __device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + __e
 template <int TN, int I, class Acc>
 __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* token_scale, __nv_bfloat16* h,
                                                        uint32_t* row_amax, int amax_row0, int inter, int row0,
-                                                       int rows_valid, int lane) {
+                                                       int rows_valid, int lane, float scale_fold) {
 #pragma unroll
   for (int v2 = 0; v2 < TN / 8; ++v2) {
 #pragma unroll
@@ -149,7 +149,7 @@ __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* tok
       const bool valid = n < rows_valid;
       uint32_t bits = 0;
       if (valid) {
-        const float scale = token_scale[n];
+        const float scale = token_scale[n] * scale_fold;
         const __nv_bfloat16 hn = __float2bfloat16_rn(silu(acc(v0 + 4 * v2) * scale) * (acc(v0 + 2 + 4 * v2) * scale));
         h[static_cast<size_t>(row0 + n) * I + inter] = hn;
         bits = abs_bits(hn);
@@ -164,18 +164,19 @@ __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* tok
 // token 2q + v0 + 8 v2 (g = lane / 4, q = lane % 4). SwiGLU weight rows are interleaved by 8: rows 16b..16b+7 gate,
 // 16b+8..16b+15 up of intermediate 8b..8b+7, so a thread holds the gate and up of intermediate warp_row0 / 2 + g.
 // FOLD_AMAX (SwigluQuant of ROW_AMAX and CLUSTER_Q tiles): h stored and each row's |h| folded into
-// row_amax[amax_row0 + n] (swiglu_store_fold_amax).
+// row_amax[amax_row0 + n] (swiglu_store_fold_amax). Token n's output scale s_w[e] * 2^7 * s_a is token_scale[n] *
+// scale_fold: v1 keeps the product in token_scale (scale_fold 1), ws keeps s_a and passes s_w (store_token_row).
 template <int N, int TN, Epilogue EPI, bool FOLD_AMAX, class Accum>
 __device__ __forceinline__ void store_warp_tile(const MoEGemmParams& p, Accum accum, const float* token_scale,
                                                 const float* token_weight, int warp_row0, int row0, int rows_valid,
-                                                int lane, uint32_t* row_amax, int amax_row0) {
+                                                int lane, uint32_t* row_amax, int amax_row0, float scale_fold) {
   const int g = lane / 4, q = lane % 4;
   if constexpr (EPI == Epilogue::RouterWeight) {  // the per-slot rows, as the combine reads them
     slot_rows::store_warp_rows<TN, N>(accum, token_scale, token_weight, p.slot_values, p.slot_exponents, warp_row0,
-                                      row0, rows_valid, lane);
+                                      row0, rows_valid, lane, scale_fold);
   } else if constexpr (EPI == Epilogue::SwigluQuant && FOLD_AMAX) {  // as Swiglu, and each token row's amax folded
     swiglu_store_fold_amax<TN, N / 2>(accum, token_scale, p.out, row_amax, amax_row0, warp_row0 / 2 + g, row0,
-                                      rows_valid, lane);
+                                      rows_valid, lane, scale_fold);
   } else {
     const int wrow = warp_row0 + g, inter = warp_row0 / 2 + g;  // (hoisted as before: the same SASS)
 #pragma unroll
@@ -185,7 +186,7 @@ __device__ __forceinline__ void store_warp_tile(const MoEGemmParams& p, Accum ac
         const int n = 2 * q + v0 + 8 * v2;
         if (n >= rows_valid) continue;
         const int m = row0 + n;
-        const float scale = token_scale[n];
+        const float scale = token_scale[n] * scale_fold;
         const float y0 = accum(v0 + 4 * v2) * scale;      // row warp_row0 + g
         const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row warp_row0 + g + 8
         if constexpr (EPI == Epilogue::Plain) {
@@ -354,35 +355,13 @@ __device__ __forceinline__ TokenRowLoads request_token_row(const MoEGemmParams& 
   }
   return r;
 }
-// Row n's output scale s_w[e] * 2^7 * s_a (A holds the weights * 2^-7, exact; 0 past the expert's end) and router
-// weight into shared memory. s_w: p.w_scale[expert] * dequant::kWeightScaleFold.
-__device__ __forceinline__ void store_token_row(const TokenRowLoads& r, int n, float s_w, float* scale_out,
-                                                float* weight_out) {
-  scale_out[n] = r.src >= 0 ? s_w * r.row_scale : 0.0f;
+// Row n's activation row scale s_a (0 past the expert's end) and router weight into shared memory, as loaded; the
+// output scale is s_a times s_w[e] * 2^7 (A holds the weights * 2^-7, exact). No arithmetic here, so that ptxas keeps
+// these stores where they are written: a product s_w * s_a in their place went ahead of the activation copies issued
+// before them and waited for the scale's load (fifty-eighth session, SASS).
+__device__ __forceinline__ void store_token_row(const TokenRowLoads& r, int n, float* scale_out, float* weight_out) {
+  scale_out[n] = r.row_scale;
   weight_out[n] = r.weight;
-}
-
-// Rows n = first, first + stride, ... < TN of a token tile: source rows, output scales and router weights into
-// shared memory at once (the ws variant's gatherers; v1 splits the two, see moe_gemm_device). Not built on the two
-// functions above: ptxas then hoisted s_w's load and multiply ahead of the row loads, one more round trip before the
-// gatherers' first copies (3.6% slower at 30B T=1 on an H100, fifty-sixth session); written so, it issues s_w's load
-// beside the row index and multiplies after.
-template <int TN, Epilogue EPI>
-__device__ __forceinline__ void load_token_rows(const MoEGemmParams& p, int expert, int row0, int rows_valid, int first,
-                                                int stride, int32_t* src_rows, float* scale_out, float* weight_out) {
-  const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;
-  for (int n = first; n < TN; n += stride) {
-    int src = -1;
-    float scale = 0.0f, weight = 0.0f;
-    if (n < rows_valid) {
-      src = p.row_index ? p.row_index[row0 + n] : row0 + n;
-      scale = s_w * (p.row_scale ? p.row_scale[src] : 1.0f);
-      if constexpr (EPI == Epilogue::RouterWeight) weight = p.row_weight[row0 + n];
-    }
-    src_rows[n] = src;
-    scale_out[n] = scale;
-    weight_out[n] = weight;
-  }
 }
 
 // The combine in the down GEMM's epilogue (v1, COMBINE_TOPK): after this CTA's per-slot rows are stored, each
@@ -571,11 +550,11 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;
   pdl::wait_for_prerequisite_grid();  // the activations, their row scales: the previous kernel's outputs
 
-  // The token rows in two halves: the source rows now, which the activation copies below need, and the output scales
-  // and router weights, which only the epilogue reads, stored once those copies are issued (the main loop's first
-  // barrier orders them before the epilogue). So the gate_up's first activations wait for one round trip (the row
-  // index) instead of two (then the row scale), and the down GEMM's, which has no row index, for none instead of one
-  // (its row scales and router weights).
+  // The token rows in two halves: the source rows now, which the activation copies below need, and the activation
+  // row scales (times s_w) and router weights, which only the epilogue reads, stored once those copies are issued (the
+  // main loop's first barrier orders them before the epilogue). So the gate_up's first activations wait for one round
+  // trip (the row index) instead of two (then the row scale), and the down GEMM's, which has no row index, for none
+  // instead of one (its row scales and router weights).
   constexpr int kHeldRows = (TN + kThreads - 1) / kThreads;
   TokenRowLoads held_rows[kHeldRows];
 #pragma unroll
@@ -679,7 +658,14 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
 #pragma unroll
   for (int i = 0; i < kHeldRows; ++i) {
     const int n = tid + i * kThreads;
-    if (n < TN) store_token_row(held_rows[i], n, s_w, token_scale, token_weight);
+    if (n < TN) {
+      store_token_row(held_rows[i], n, token_scale, token_weight);
+      // then s_w * s_a in place, read back through a volatile load: its multiply can only follow that store, which
+      // ptxas keeps after the copies above (a product of the loaded values went ahead of them). The epilogue then
+      // reads the product, as before, and s_w stays out of the main loop's registers.
+      volatile float* scale = token_scale + n;
+      *scale = s_w * *scale;
+    }
   }
   pdl::allow_dependent_launch();  // every CTA is past its prologue: the next kernel may get resident
   const int lane = tid % 32, warp_in_wg = (tid % 128) / 32;
@@ -840,7 +826,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // ---- epilogue: this warp's 16 weight rows x TN tokens (store_warp_tile) ----
   detail::store_warp_tile<N, TN, EPI, (ROW_AMAX || kCluster)>(
       p, [&](int j) { return accum(j); }, token_scale, token_weight, wt * kBlockRows + wg * 64 + warp_in_wg * 16, row0,
-      rows_valid, lane, kCluster ? part_amax : p.row_amax, kCluster ? 0 : row0);
+      rows_valid, lane, kCluster ? part_amax : p.row_amax, kCluster ? 0 : row0, 1.0f);
 
   if constexpr (COMBINE_TOPK > 0) {
     // src_rows is free again: the main loop's activation copies have read it

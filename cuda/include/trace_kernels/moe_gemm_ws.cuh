@@ -240,14 +240,23 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
     for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++local) {
       int expert, row0, rows_valid, wt, y_tile;
       decode(item, expert, row0, rows_valid, wt, y_tile);
-      // token scales (s_w * 2^7 * s_a, v1's product) and router weights of this item for the consumers'
-      // epilogue, in slot local & 1 once they released it; published by these threads' arrivals on the
-      // item's first full barrier (release), read after their wait on it (acquire)
+      // The token rows in two halves, as v1's (moe_gemm_device): the source rows now, which the activation copies
+      // need, and the activation row scales s_a and router weights, which only the consumers' epilogue reads, stored
+      // into slot local & 1 once the item's first stage is issued, so the first activation copies wait for no round
+      // trip of theirs (the gate_up's row scale, the down GEMM's scales and weights); the consumers multiply s_a by s_w.
+      // Published by these threads' arrivals on the item's first full barrier (release), read by the consumers after
+      // their wait on it (acquire).
       const int slot = local & 1;
       ws::mbar_wait(&tok_free[slot], ((local >> 1) & 1) ^ 1);
       ws::gather_sync<kGatherers>();  // every gatherer is done with the previous item's src_rows
-      load_token_rows<TN, EPI>(p, expert, row0, rows_valid, ptid, kGatherers, src_rows, tok + (2 * slot) * TN,
-                               tok + (2 * slot + 1) * TN);
+      constexpr int kHeldRows = (TN + kGatherers - 1) / kGatherers;
+      TokenRowLoads held_rows[kHeldRows];
+#pragma unroll
+      for (int i = 0; i < kHeldRows; ++i) {
+        const int n = ptid + i * kGatherers;
+        held_rows[i] = request_token_row<EPI>(p, row0, rows_valid, n);
+        if (n < TN) src_rows[n] = held_rows[i].src;
+      }
       ws::gather_sync<kGatherers>();
       const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG * MT) * kChunks;  // (tile, chunk 0)
       const int c = ptid & 7;  // this thread's 16-byte column piece of every activation row
@@ -275,6 +284,13 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
             const __nv_bfloat16* g =
                 p.a + (static_cast<size_t>(src < 0 ? 0 : src) * K + chunk * detail::kChunkK + c * 8);
             detail::cp_async_16(dst + n * 128 + ((c ^ (n & 7)) << 4), g, src >= 0);
+          }
+        }
+        if (ks == 0) {  // the first stage is in flight: the epilogue's s_a and router weights (see above)
+#pragma unroll
+          for (int i = 0; i < kHeldRows; ++i) {
+            const int n = ptid + i * kGatherers;
+            if (n < TN) store_token_row(held_rows[i], n, tok + (2 * slot) * TN, tok + (2 * slot + 1) * TN);
           }
         }
         ws::cp_async_track(&full_bar[s]);  // the phase waits for this thread's cp.asyncs ...
@@ -343,8 +359,9 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
   for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++local) {
     int expert, row0, rows_valid, wt, y_tile;
     decode(item, expert, row0, rows_valid, wt, y_tile);
-    const float* tok_scale = tok + (2 * (local & 1)) * TN;   // written by the producer for this item
+    const float* tok_scale = tok + (2 * (local & 1)) * TN;   // s_a, written by the producer for this item
     const float* tok_weight = tok_scale + TN;
+    const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;  // times tok_scale in the epilogue
     clear(accum);
     if constexpr (OVERLAP) {
       // wgmmas of stage it stay in flight while stage it+1 is dequantized into the other A buffer;
@@ -379,7 +396,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
     for (int mt = 0; mt < MT; ++mt) {
       detail::store_warp_tile<N, TN, EPI, ROW_AMAX>(p, [&](int j) { return accum(j, mt, 0); }, tok_scale, tok_weight,
                                                     wt * kBlockRows + (wg * MT + mt) * 64 + warp_in_wg * 16, row0,
-                                                    rows_valid, lane, p.row_amax, row0);
+                                                    rows_valid, lane, p.row_amax, row0, s_w);
     }
     ws::mbar_arrive(&tok_free[local & 1]);  // this thread is done with the slot
     if constexpr (ASYNC_EPI) {

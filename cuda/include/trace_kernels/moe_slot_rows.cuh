@@ -73,13 +73,13 @@ __device__ __forceinline__ void combine_block(const __half* values, const int8_t
 
 // The RouterWeight epilogue's stores for one warp of the wgmma accumulator: accum(v0 + 2*v1 + 4*v2) is weight row
 // warp_row0 + g + 8*v1 (g = lane / 4) and token 2*q + v0 + 8*v2 (q = lane % 4) of the token tile at row0; the row is
-// accum * token_scale[n] * token_weight[n]. A lane's two rows of a token are one pair: it stores their FP16 values
-// (4 bytes; the warp's 8 lanes of a token 32 contiguous bytes) and their exponent (1 byte; 8 contiguous), with one base
-// address per lane and a constant offset per token.
+// accum * (token_scale[n] * scale_fold) * token_weight[n]. A lane's two rows of a token are one pair: it stores their
+// FP16 values (4 bytes; the warp's 8 lanes of a token 32 contiguous bytes) and their exponent (1 byte; 8 contiguous),
+// with one base address per lane and a constant offset per token.
 template <int TN, int N, class Accum>
 __device__ __forceinline__ void store_warp_rows(Accum accum, const float* token_scale, const float* token_weight,
                                                 __half* values, int8_t* exponents, int warp_row0, int64_t row0,
-                                                int rows_valid, int lane) {
+                                                int rows_valid, int lane, float scale_fold) {
   const int g = lane / 4, q = lane % 4;
   const int64_t row_q = row0 + 2 * q;  // token n = 2q + dn
   uint32_t* pair_out = reinterpret_cast<uint32_t*>(values + row_q * N + warp_row0 + 2 * g);
@@ -90,7 +90,7 @@ __device__ __forceinline__ void store_warp_rows(Accum accum, const float* token_
     for (int v0 = 0; v0 < 2; ++v0) {
       const int dn = v0 + 8 * v2;
       if (2 * q + dn >= rows_valid) continue;
-      const float scale = token_scale[2 * q + dn], weight = token_weight[2 * q + dn];
+      const float scale = token_scale[2 * q + dn] * scale_fold, weight = token_weight[2 * q + dn];
       const float y0 = accum(v0 + 4 * v2) * scale * weight;      // row warp_row0 + g
       const float y1 = accum(v0 + 2 + 4 * v2) * scale * weight;  // row warp_row0 + g + 8
       const int s = exponent_for(max(__float_as_uint(fabsf(y0)), __float_as_uint(fabsf(y1))));
