@@ -24,8 +24,6 @@
 #   -> $OUT/moe_row_scales.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_row_scales 560 .tkcache_rs
-tar_on_exit "$DIR"
-log_machine "$DIR/machine.log"
 BASE=${BASE:-.ab_base}
 MID=${MID:-.ab_mid}
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
