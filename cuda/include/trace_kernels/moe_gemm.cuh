@@ -355,6 +355,18 @@ __device__ __forceinline__ TokenRowLoads request_token_row(const MoEGemmParams& 
   }
   return r;
 }
+// Rows n = first + i * stride (i < HELD) of a token tile, requested into held (request_token_row), their source rows
+// stored in src_rows for the activation copies (rows n >= TN: none).
+template <int TN, int HELD, Epilogue EPI>
+__device__ __forceinline__ void request_token_rows(const MoEGemmParams& p, int row0, int rows_valid, int first,
+                                                   int stride, int32_t* src_rows, TokenRowLoads (&held)[HELD]) {
+#pragma unroll
+  for (int i = 0; i < HELD; ++i) {
+    const int n = first + i * stride;
+    held[i] = request_token_row<EPI>(p, row0, rows_valid, n);
+    if (n < TN) src_rows[n] = held[i].src;
+  }
+}
 // Row n's activation row scale s_a (0 past the expert's end) and router weight into shared memory, as loaded; the
 // output scale is s_a times s_w[e] * 2^7 (A holds the weights * 2^-7, exact). No arithmetic here, so that ptxas keeps
 // these stores where they are written: a product s_w * s_a in their place went ahead of the activation copies issued
@@ -557,12 +569,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   // instead of one (its row scales and router weights).
   constexpr int kHeldRows = (TN + kThreads - 1) / kThreads;
   TokenRowLoads held_rows[kHeldRows];
-#pragma unroll
-  for (int i = 0; i < kHeldRows; ++i) {
-    const int n = tid + i * kThreads;
-    held_rows[i] = request_token_row<EPI>(p, row0, rows_valid, n);
-    if (n < TN) src_rows[n] = held_rows[i].src;
-  }
+  request_token_rows<TN, kHeldRows, EPI>(p, row0, rows_valid, tid, kThreads, src_rows, held_rows);
   __syncthreads();
 
   // Each thread's copy sources and destinations are the same for every K chunk but for the chunk

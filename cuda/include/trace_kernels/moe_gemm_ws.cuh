@@ -251,12 +251,7 @@ __device__ __forceinline__ void moe_gemm_ws_device(const MoEGemmParams& p) {
       ws::gather_sync<kGatherers>();  // every gatherer is done with the previous item's src_rows
       constexpr int kHeldRows = (TN + kGatherers - 1) / kGatherers;
       TokenRowLoads held_rows[kHeldRows];
-#pragma unroll
-      for (int i = 0; i < kHeldRows; ++i) {
-        const int n = ptid + i * kGatherers;
-        held_rows[i] = request_token_row<EPI>(p, row0, rows_valid, n);
-        if (n < TN) src_rows[n] = held_rows[i].src;
-      }
+      request_token_rows<TN, kHeldRows, EPI>(p, row0, rows_valid, ptid, kGatherers, src_rows, held_rows);
       ws::gather_sync<kGatherers>();
       const size_t record = (static_cast<size_t>(expert) * kRowTiles + wt * NWG * MT) * kChunks;  // (tile, chunk 0)
       const int c = ptid & 7;  // this thread's 16-byte column piece of every activation row
