@@ -3,7 +3,8 @@
 # have stored the source rows before those copies and the scales after them since the fifty-sixth session, but ptxas
 # computed the stored product s_w * s_a ahead of the copies, so they still waited for the row scale's load; the ws
 # tiles (auto's at T <= 2) loaded everything first. Now both store s_a and the router weight as loaded, after the
-# copies, and the epilogue multiplies by s_w (the same product, so the same bits). One call (BUDGET s):
+# copies; v1 then forms s_w * s_a in place, the ws epilogue multiplies by s_w (the same product, so the same bits).
+# One call (BUDGET s):
 #   1. the auto kernels of this tree and BASE (.ab_base: 0665850, before it), both presets (a check of the cache)
 #   2. on an H200 (REFRESH=1, default): issue 4's whole token list, this tree, BASE and MID (.ab_mid: 5656b24, the tree
 #      of the last H200 table, fifty-second session; its kernels are compiled here) in turn, three rounds with the
@@ -28,6 +29,18 @@ BASE=${BASE:-.ab_base}
 MID=${MID:-.ab_mid}
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 h200=0; [[ "$card" == *H200* && "${REFRESH:-1}" = 1 ]] && h200=1
+# ab_rounds TOKENS LIMIT MIN_LEFT LABEL: four runs of this tree and BASE in turn, the order swapped every round
+# (round labels LABEL1..LABEL4), while MIN_LEFT s of BUDGET are left
+ab_rounds() {
+  local round tree trees
+  for round in 1 2 3 4; do
+    trees="new base"; [ $((round % 2)) = 0 ] && trees="base new"
+    for tree in $trees; do
+      [ "$(left)" -lt "$3" ] && return 0
+      bench_moe_tree "$tree" "$DIR" moe_row_scales "$4$round" "$1" "$2" "$BASE"
+    done
+  done
+}
 
 moe_prebuild_trees "$DIR" auto "qwen3-30b-a3b qwen3-235b-a22b" "$BASE"
 if [ "$h200" = 1 ]; then
@@ -45,24 +58,12 @@ if [ "$h200" = 1 ]; then
     done
   done
 else
-  for round in 1 2 3 4; do
-    trees="new base"; [ $((round % 2)) = 0 ] && trees="base new"
-    for tree in $trees; do
-      [ "$(left)" -lt 300 ] && break 2
-      bench_moe_tree "$tree" "$DIR" moe_row_scales "$round" 1,2,8,32,64,128,256,1024 100 "$BASE"
-    done
-  done
+  ab_rounds 1,2,8,32,64,128,256,1024 100 300 ""
 fi
 [ "${CHECKS:-1}" = 0 ] && { echo "== done ($(left)s left)"; exit 0; }
 limit=$(( $(left) - 110 )); [ "$limit" -gt 170 ] && limit=170
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 moe_sanitizers_left "$DIR" 80
 [ "$h200" = 1 ] && { echo "== done ($(left)s left)"; exit 0; }
-for round in 1 2 3 4; do
-  trees="new base"; [ $((round % 2)) = 0 ] && trees="base new"
-  for tree in $trees; do
-    [ "$(left)" -lt 60 ] && break 2
-    bench_moe_tree "$tree" "$DIR" moe_row_scales "p$round" 4096,16384 50 "$BASE"
-  done
-done
+ab_rounds 4096,16384 50 60 p
 echo "== done ($(left)s left)"
