@@ -3,7 +3,7 @@
     python profiling/decode_timeline.py --out profiling/results/attention_decode_timeline_h200.json
 
 Builds the decode kernel (default: the default variant at issue 5's shape Hq 32 / Hkv 4 / D 128 / P 16; --heads for
-another) a second time with TRACE_KERNELS_DECODE_TIMELINE defined (cuda/include/trace_kernels/decode_timeline.cuh):
+another) a second time with TRACE_KERNELS_CTA_TIMELINE defined (cuda/include/trace_kernels/cta_timeline.cuh):
 thread 0 of every CTA then records %globaltimer and clock64 at seven points (0 entry, 1 after split_range's wait for the
 previous kernel and its read of the length, 2 q ready and the first copies issued, 3 the first tile landed, 4 the tile
 loop done, 6 the warps' partial results in shared memory, 5 the split output stored); the split combine's CTAs record
@@ -19,7 +19,6 @@ are kept (decode: per CTA the seven times in ns from the grid's first entry, its
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import re
 import statistics
@@ -29,49 +28,14 @@ from pathlib import Path
 import torch
 
 import bench_attention as bench  # this folder (scripts run as python profiling/...)
+from cta_timeline import (SLOTS, SYMBOL, build_timeline_kernel, clear_stamps,  # noqa: F401 (the tests use them here)
+                          compile_with_stamps, pct, read_stamps)
 from trace_kernels import attention, runtime
 from trace_kernels.codegen.ops import decode_attention as codegen
-from trace_kernels.jit import compiler
-from trace_kernels.runtime.driver import check, driver
 from trace_kernels.testing.bench import time_graph, variants_for
 from trace_kernels.testing.provenance import git_commit, utc_now
 
-SYMBOL = "trace_kernels_decode_timeline"  # decode_timeline.cuh
-SLOTS = 16  # decode_timeline.cuh: kSlots
 POINTS = ("entry", "waited", "q_ready", "first_tile", "loop_done", "stored", "merge_buffer")  # slots 0-6
-
-
-def compile_with_stamps(spec, workdir: Path, stamps: bool = True) -> Path:
-    """spec's cubin compiled by nvcc with the timeline stamps (or without, for comparison); raises CompileError."""
-    cubin, report = compiler.compile_spec(spec, workdir, ["-DTRACE_KERNELS_DECODE_TIMELINE"] if stamps else [],
-                                          suffix="_stamps" if stamps else "")
-    print(f"timeline build of {spec.name}: {report.registers} registers")
-    return cubin
-
-
-def build_timeline_kernel(spec, workdir: Path) -> runtime.CudaKernel:
-    """The kernel of `spec` compiled with the timeline stamps, launched in its place from now on (this process)."""
-    kernel = runtime.CudaKernel(spec.name, compile_with_stamps(spec, workdir))
-    runtime.install_kernel(kernel)
-    return kernel
-
-
-def read_stamps(kernel: runtime.CudaKernel, ctas: int) -> list[list[int]]:
-    dptr, size = kernel.global_symbol(0, SYMBOL)
-    words = min(size // 8, ctas * SLOTS)
-    host = (ctypes.c_uint64 * words)()
-    check(driver().cuMemcpyDtoH(ctypes.addressof(host), dptr, words * 8), "cuMemcpyDtoH", kernel.name)
-    return [list(host[i * SLOTS:(i + 1) * SLOTS]) for i in range(words // SLOTS)]
-
-
-def clear_stamps(kernel: runtime.CudaKernel) -> None:
-    dptr, size = kernel.global_symbol(0, SYMBOL)
-    check(driver().cuMemsetD8(dptr, 0, size), "cuMemsetD8", kernel.name)
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
 
 
 def summarize(rows: list[list[int]]) -> dict:

@@ -52,7 +52,7 @@ def test_combine_summary_is_on_the_decode_clock():
 
 @pytest.mark.nvcc
 def test_stamps_are_compiled_in_only_with_the_macro(tmp_path):
-    """The decode kernels call DECODE_STAMP unconditionally: without TRACE_KERNELS_DECODE_TIMELINE the timeline array
+    """The decode kernels call CTA_STAMP unconditionally: without TRACE_KERNELS_CTA_TIMELINE the timeline array
     (the name the script reads back) must not exist, with it it must."""
     from trace_kernels.codegen.ops import decode_attention as codegen
     spec = codegen.combine_spec(64)  # small: seconds to compile, and it carries the same hooks as the decode kernels

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a decode launch's time goes (twenty-fifth session, 2026-12-04), one call under `timeout` (BUDGET s):
 # profiling/decode_timeline.py on the default NVFP4 decode kernel at issue 5's four cases (per-CTA timestamps of a
-# build with TRACE_KERNELS_DECODE_TIMELINE; the normal build has no stamps), then the same for VARIANTS (optional).
+# build with TRACE_KERNELS_CTA_TIMELINE; the normal build has no stamps), then the same for VARIANTS (optional).
 # Usage (repo root; carry .whl, .tkcache): OUT=$OUT bash profiling/device/run_gpu_checks_decode_timeline.sh
 #   -> $OUT/decode_timeline.tar
 set -uo pipefail

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "trace_kernels/attention_decode_params.cuh"
-#include "trace_kernels/decode_timeline.cuh"
+#include "trace_kernels/cta_timeline.cuh"
 #include "trace_kernels/kv_codes.cuh"
 #include "trace_kernels/nvfp4.cuh"
 #include "trace_kernels/pdl.cuh"

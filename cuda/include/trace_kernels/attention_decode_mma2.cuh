@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "trace_kernels/attention_decode_mma.cuh"
-#include "trace_kernels/decode_timeline.cuh"
+#include "trace_kernels/cta_timeline.cuh"
 #include "trace_kernels/kv_codes.cuh"
 
 namespace trace_kernels {
@@ -200,11 +200,11 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   const int gid = lane / 4;  // QK: token row / B column (head gid); PV: d rows
   const int tig = lane % 4;  // QK: D quarter; C columns = heads 2 tig, 2 tig + 1
 
-  DECODE_STAMP(0);  // diagnostic timeline (decode_timeline.cuh): empty unless TRACE_KERNELS_DECODE_TIMELINE
+  CTA_STAMP(0);  // diagnostic timeline (cta_timeline.cuh): empty unless TRACE_KERNELS_CTA_TIMELINE
   const SplitRange range = split_range<Cfg>(p, b, split);
   const int pos_begin = range.pos_begin, pos_end = range.pos_end, num_tiles = range.num_tiles;
-  DECODE_STAMP(1);
-  DECODE_NOTE(num_tiles);
+  CTA_STAMP(1);
+  CTA_NOTE(num_tiles);
 
   // The first tiles' copies go out before q is read, so q's loads and scaling overlap their flight.
   uint32_t loader_slot = 0;  // kBulk: this lane's page slot in the next tile it copies
@@ -274,7 +274,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
     run_l[nc][0] = run_l[nc][1] = 0.f;
   }
 
-  DECODE_STAMP(2);
+  CTA_STAMP(2);
   for (int tile = 0; tile < num_tiles; ++tile) {
     if constexpr (Cfg::kBulk) {
       Cfg::pipeline_next(smem, p, b, range, tile, loader_slot);  // issue tile + STAGES - 1, wait for tile
@@ -286,7 +286,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       detail::cp_async_wait<Cfg::STAGES - 1>();
       __syncthreads();
     }
-    if (tile == 0) DECODE_STAMP(3);
+    if (tile == 0) CTA_STAMP(3);
     const uint8_t* stage = smem + (tile % Cfg::STAGES) * Cfg::kStageBytes;
     const float* k_scale = reinterpret_cast<const float*>(stage + Cfg::kOffKs);
     const float* v_scale = reinterpret_cast<const float*>(stage + Cfg::kOffVs);
@@ -501,7 +501,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
   }
   if constexpr (!Cfg::kBulk) detail::cp_async_wait<0>();  // kBulk: every issued tile was waited for
   __syncthreads();
-  DECODE_STAMP(4);
+  CTA_STAMP(4);
 
   // ---- merge the warps: per head (m, l, M) and acc [8 heads][D], one column block of 8 heads at a time
   float* red = reinterpret_cast<float*>(smem);
@@ -528,7 +528,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
         }
     }
     __syncthreads();
-    if (nc == 0) DECODE_STAMP(6);
+    if (nc == 0) CTA_STAMP(6);
     // outputs (kv head hl of the CTA, q head h of this block's GB, kVec consecutive d): the kWarpsPerHead warps of
     // head hl merge. kVec elements per thread: 16-byte shared loads and stores, and the head's weights once per kVec.
     // One element per thread took 5.3 us per CTA on the H200 against 2.2 (docs/kv_cache.md, "A decode CTA's start and
@@ -570,7 +570,7 @@ __device__ __forceinline__ void decode_attention_mma2_tiles(const DecodeParams& 
       store_split_output8<D>(p, bh, d, split, num_splits, o, m, l);
     }
   }
-  DECODE_STAMP(5);
+  CTA_STAMP(5);
 }
 
 template <class Cfg>

@@ -10,7 +10,7 @@
 
 #include <type_traits>
 
-#include "trace_kernels/decode_timeline.cuh"
+#include "trace_kernels/cta_timeline.cuh"
 #include "trace_kernels/pdl.cuh"
 
 namespace trace_kernels {
@@ -29,9 +29,9 @@ __device__ __forceinline__ void decode_attention_combine(const float* __restrict
   using Vec = typename std::conditional<kVec == 4, float4, float2>::type;
   __shared__ float partial_num[kWarps][D];
   __shared__ float partial_den[kWarps];
-  DECODE_STAMP(0);  // diagnostic timeline (decode_timeline.cuh): empty unless TRACE_KERNELS_DECODE_TIMELINE
+  CTA_STAMP(0);  // diagnostic timeline (cta_timeline.cuh): empty unless TRACE_KERNELS_CTA_TIMELINE
   pdl::wait_for_prerequisite_grid();
-  DECODE_STAMP(1);
+  CTA_STAMP(1);
   const int64_t bh = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* lse = lse_part + bh * num_splits;
@@ -63,7 +63,7 @@ __device__ __forceinline__ void decode_attention_combine(const float* __restrict
     }
     out[bh * D + d] = __float2bfloat16_rn(l > 0.f ? n / l : 0.f);
   }
-  DECODE_STAMP(5);
+  CTA_STAMP(5);
 }
 
 }  // namespace trace_kernels

@@ -39,6 +39,7 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
 #include "trace_kernels/cluster.cuh"
+#include "trace_kernels/cta_timeline.cuh"
 #include "trace_kernels/moe_dequant.cuh"
 #include "trace_kernels/moe_nvfp4_row.cuh"
 #include "trace_kernels/moe_slot_rows.cuh"
@@ -486,6 +487,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const int y_tile = blockIdx.y;     // global token tile
 
   // ---- which (expert, token tile) is blockIdx.y: exclusive scan of ceil(rows_e / TN) ----
+  CTA_STAMP(0);  // per-CTA timeline (cta_timeline.cuh, moe_timeline.py): empty unless TRACE_KERNELS_CTA_TIMELINE
   if (tid < 32) find_token_tile<E, TN>(p.offsets, y_tile, token_tile, tid);
   if constexpr (kCluster) {
     for (int n = tid; n < TN; n += kThreads) part_amax[n] = 0;  // (folded into in the epilogue, many barriers later)
@@ -495,6 +497,8 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   const int expert = token_tile[0];
   const int row0 = token_tile[1];
   const int rows_valid = token_tile[2];
+  CTA_STAMP(1);
+  CTA_NOTE(static_cast<unsigned long long>(expert) << 32 | static_cast<unsigned>(rows_valid));
   // NSTEP: the wgmmas' N is rows_valid rounded up to NSTEP, not TN (the columns past it would be discarded)
   const int n_mma = NSTEP ? min(TN, (rows_valid + NSTEP - 1) / NSTEP * NSTEP) : TN;
 
@@ -561,6 +565,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   }
   const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;
   pdl::wait_for_prerequisite_grid();  // the activations, their row scales: the previous kernel's outputs
+  CTA_STAMP(2);
 
   // The token rows in two halves: the source rows now, which the activation copies below need, and the activation
   // row scales (times s_w) and router weights, which only the epilogue reads, stored once those copies are issued (the
@@ -744,6 +749,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       if constexpr (PROXY_FENCE) detail::fence_proxy_async_shared();
       // this stage landed for every thread; every warpgroup is done with the stage refilled below
       __syncthreads();
+      if (chunk == 0) CTA_STAMP(3);
 #pragma unroll
       for (int c = 0; c < CPS; ++c) {
         const int next = chunk + kAhead + c;
@@ -767,6 +773,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
       detail::cp_async_wait<0>();
       detail::fence_proxy_async_shared();
       __syncthreads();
+      CTA_STAMP(3);
       for (int chunk0 = 0; chunk0 < kChunks; chunk0 += WDIRECT) {
 #pragma unroll
         for (int r = 0; r < WDIRECT; ++r) {
@@ -828,6 +835,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   } else {
     detail::with_columns<TN, NSTEP>(n_mma, main_loop);
   }
+  CTA_STAMP(4);
   detail::cp_async_wait<0>();
 
   // ---- epilogue: this warp's 16 weight rows x TN tokens (store_warp_tile) ----
@@ -839,6 +847,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
     // src_rows is free again: the main loop's activation copies have read it
     combine_last_arrivals<N, kBlockRows, TN, COMBINE_TOPK, kThreads>(p, row0, rows_valid, wt, tid, src_rows);
   }
+  CTA_STAMP(5);  // thread 0's epilogue stores issued (the other warps' may still be running)
 
   if constexpr (kCluster) {
     // Every CTA of the cluster has folded its part of each row's amax and stored its h (release / acquire: the parts
@@ -880,6 +889,7 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
                                                             p.q_block_scales, p.q_scale, p.q_dequant,
                                                             p.q_mantissa_bits, p.status);
     }
+    CTA_STAMP(6);  // the token tile's last CTA: its rows quantized
   }
 }
 
@@ -892,6 +902,7 @@ __device__ __forceinline__ void moe_combine_device(const __half* __restrict__ va
                                                    __nv_bfloat16* __restrict__ out, int64_t num_tokens) {
   static_assert(H % slot_rows::kBlock == 0, "H % 16 == 0");
   const int64_t t = blockIdx.x;
+  CTA_STAMP(0);
   if (t >= num_tokens) return;
   // slot_rows is the routing's, from before the GEMMs: requested ahead of the wait, so the per-slot rows' loads after
   // it wait for no round trip of their own. Under moe_down's launch this kernel starts once every down CTA has passed
@@ -902,11 +913,13 @@ __device__ __forceinline__ void moe_combine_device(const __half* __restrict__ va
 #pragma unroll
   for (int j = 0; j < TOPK; ++j) rows[j] = __ldg(slot_rows + t * TOPK + j);
   pdl::wait_for_prerequisite_grid();  // the per-slot rows: the down GEMM's output
+  CTA_STAMP(2);
   pdl::allow_dependent_launch();
   for (int b = threadIdx.x; b < H / slot_rows::kBlock; b += blockDim.x) {
     slot_rows::combine_block<H, TOPK>(values, exponents, [&](int j) { return rows[j]; }, b,
                                       out + static_cast<size_t>(t) * H);
   }
+  CTA_STAMP(5);
 }
 
 }  // namespace trace_kernels::moe
