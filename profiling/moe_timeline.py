@@ -50,24 +50,26 @@ def cta_end(row: list[int]) -> int:
     return row[QUANTIZED] or row[STORED]
 
 
-class Union:
-    """The union of a set of intervals [a, b), for the time it covers inside any other interval."""
+class Coverage:
+    """The time during which at least `at_least` of a set of intervals [a, b) are open, inside any other interval."""
 
-    def __init__(self, intervals: list[tuple[int, int]]):
-        merged: list[list[int]] = []
-        for a, b in sorted((a, b) for a, b in intervals if b > a):
-            if merged and a <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
-        self.starts = [a for a, _ in merged]
-        self.ends = [b for _, b in merged]
-        self.before = [0]  # before[j]: covered time of merged intervals 0 .. j-1
-        for a, b in merged:
+    def __init__(self, intervals: list[tuple[int, int]], at_least: int = 1):
+        events = sorted([(a, 1) for a, b in intervals if b > a] + [(b, -1) for a, b in intervals if b > a])
+        self.starts: list[int] = []  # the maximal segments where the count is at least at_least
+        self.ends: list[int] = []
+        count = 0
+        for t, d in events:
+            before, count = count, count + d
+            if before < at_least <= count:
+                self.starts.append(t)
+            elif count < at_least <= before:
+                self.ends.append(t)
+        self.before = [0]  # before[j]: covered time of segments 0 .. j-1
+        for a, b in zip(self.starts, self.ends):
             self.before.append(self.before[-1] + b - a)
 
     def covered_until(self, t: int) -> int:
-        j = bisect.bisect_right(self.starts, t)  # intervals starting at or before t
+        j = bisect.bisect_right(self.starts, t)  # segments starting at or before t
         if j == 0:
             return 0
         return self.before[j - 1] + min(t, self.ends[j - 1]) - self.starts[j - 1]
@@ -110,6 +112,7 @@ def summarize_gemm(rows: list[list[int]], t0: int) -> dict | None:
     main_hist: dict[int, int] = {}
     resident_hist: dict[int, int] = {}
     covers, tails = [], []
+    loops_by_overlap: dict[int, list[int]] = {}  # fifth of the loop shared with another CTA's loop -> loop lengths
     for sm_rows in by_sm.values():
         sm_tiles = [r for r in sm_rows if r[FOUND]]
         mains = [(r[FIRST], r[LOOP_DONE]) for r in sm_tiles]
@@ -119,12 +122,16 @@ def summarize_gemm(rows: list[list[int]], t0: int) -> dict | None:
         for c, ns in count_histogram(lives, first_entry, span_end).items():
             resident_hist[c] = resident_hist.get(c, 0) + ns
         tails.append(span_end - max(e for _, e in lives))
-        feeding = Union(mains)
-        for r in sm_tiles:  # outside its own main loop, any main loop of the SM's is another CTA's
-            outside = [(r[ENTRY], r[FIRST]), (r[LOOP_DONE], cta_end(r))]
+        feeding, shared = Coverage(mains, 1), Coverage(mains, 2)
+        for r in sm_tiles:
+            outside = [(r[ENTRY], r[FIRST]), (r[LOOP_DONE], cta_end(r))]  # any main loop then is another CTA's
             total = sum(b - a for a, b in outside if b > a)
             if total > 0:
                 covers.append(sum(feeding.covered(a, b) for a, b in outside) / total)
+            loop = r[LOOP_DONE] - r[FIRST]  # inside it, a count of 2+ means another CTA's loop runs beside it
+            if loop > 0:
+                fifth = min(4, int(5 * shared.covered(r[FIRST], r[LOOP_DONE]) / loop))
+                loops_by_overlap.setdefault(fifth, []).append(loop)
     sm_time = len(by_sm) * (span_end - first_entry)
     fractions = lambda hist: {str(c): round(ns / sm_time, 4) for c, ns in sorted(hist.items())}  # noqa: E731
     return {
@@ -147,6 +154,9 @@ def summarize_gemm(rows: list[list[int]], t0: int) -> dict | None:
         "main_loop_ctas": fractions(main_hist),  # share of SM time (SMs used x span) with c CTAs in their main loops
         "resident_ctas": fractions(resident_hist),
         "cover": {"p10": round(pct(covers, 0.1), 4), "p50": round(pct(covers, 0.5), 4)} if covers else None,
+        # the cost of sharing the SM: main-loop medians by the share of the loop another CTA's loop ran beside it
+        "main_loop_us_by_shared_fifth": {f"{k / 5:.1f}-{(k + 1) / 5:.1f}": {"ctas": len(v), "median": us(
+            statistics.median(v))} for k, v in sorted(loops_by_overlap.items())},
         "sm_idle_tail_us": {"p50": us(pct(tails, 0.5)), "max": us(max(tails))},
         "entry_spread_us": {"p50": us(pct([r[ENTRY] - first_entry for r in ran], 0.5)),
                             "max": us(max(r[ENTRY] - first_entry for r in ran))},
@@ -323,7 +333,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=3, help="graph replays whose stamps are read")
     parser.add_argument("--reps", type=int, default=10, help="replays per layer timing (median)")
     parser.add_argument("--out", default="runs/moe_timeline.json")
-    parser.add_argument("--raw-max-ctas", type=int, default=6000,
+    parser.add_argument("--raw-max-ctas", type=int, default=2500,
                         help="keep the last replay's raw stamps of kernels with at most this many CTAs")
     parser.add_argument("--stamped-dir", default=None,
                         help="where the stamped cubins are (NAME_stamps.cubin, reused) or go (default: a temp folder)")

@@ -22,11 +22,14 @@ def cta(entry, found, waited, first, done, stored, quantized=0, *, smid, rows=8,
     return [t * US for t in times] + [smid] + [2 * t * US for t in times] + [expert << 32 | rows]
 
 
-def test_union_and_count_histogram():
-    u = moe_timeline.Union([(0, 10), (5, 15), (20, 30), (40, 40)])  # the empty one adds nothing
+def test_coverage_and_count_histogram():
+    u = moe_timeline.Coverage([(0, 10), (5, 15), (20, 30), (40, 40)])  # the empty one adds nothing
     assert u.covered(0, 30) == 25
     assert u.covered(12, 22) == 3 + 2
     assert u.covered(-5, 3) == 3 and u.covered(15, 20) == 0 and u.covered(50, 60) == 0 and u.covered(9, 9) == 0
+    two = moe_timeline.Coverage([(0, 10), (5, 15), (8, 30), (20, 30)], at_least=2)  # [5, 15) and [20, 30)
+    assert two.covered(0, 40) == 20 and two.covered(12, 22) == 3 + 2 and two.covered(0, 5) == 0
+    assert moe_timeline.Coverage([(0, 10)], at_least=2).covered(0, 10) == 0
     assert moe_timeline.count_histogram([(0, 10), (5, 15)], 0, 20) == {0: 5, 1: 10, 2: 5}
     assert moe_timeline.count_histogram([(0, 10), (5, 15)], 6, 12) == {2: 4, 1: 2}  # clipped to the window
 
@@ -52,6 +55,9 @@ def test_summary_of_a_lockstep_sm_and_a_staggered_one():
     assert s["cover"] == {"p10": 0.0, "p50": 0.4}
     assert s["sm_idle_tail_us"]["max"] == 10  # SM 0 ends at 16, the grid at 26
     assert s["main_loop_share_of_life"] == pytest.approx(10 / 15, abs=1e-4)
+    # SM 0's loops run side by side the whole time, SM 1's never: 10 us either way here
+    assert s["main_loop_us_by_shared_fifth"] == {"0.0-0.2": {"ctas": 2, "median": 10},
+                                                 "0.8-1.0": {"ctas": 2, "median": 10}}
 
 
 def test_last_ctas_and_an_unstamped_kernel():
