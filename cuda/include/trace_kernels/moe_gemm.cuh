@@ -44,6 +44,7 @@
 #include "trace_kernels/moe_nvfp4_row.cuh"
 #include "trace_kernels/moe_slot_rows.cuh"
 #include "trace_kernels/pdl.cuh"
+#include "trace_kernels/store_if.cuh"
 #include "trace_kernels/tile_arrival.cuh"
 
 namespace trace_kernels::moe {
@@ -184,17 +185,19 @@ __device__ __forceinline__ void store_warp_tile(const MoEGemmParams& p, Accum ac
     for (int v2 = 0; v2 < TN / 8; ++v2) {
 #pragma unroll
       for (int v0 = 0; v0 < 2; ++v0) {
+        // every column computed, only its stores predicated (store_if.cuh: no branch per column, so the columns'
+        // loads and MUFU chains overlap); token_scale is 0 past the expert's end, so those columns compute zeros
         const int n = 2 * q + v0 + 8 * v2;
-        if (n >= rows_valid) continue;
+        const bool valid = n < rows_valid;
         const int m = row0 + n;
         const float scale = token_scale[n] * scale_fold;
         const float y0 = accum(v0 + 4 * v2) * scale;      // row warp_row0 + g
         const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row warp_row0 + g + 8
         if constexpr (EPI == Epilogue::Plain) {
-          p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
-          p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
+          store_global_if(p.out + static_cast<size_t>(m) * N + wrow, __float2bfloat16_rn(y0), valid);
+          store_global_if(p.out + static_cast<size_t>(m) * N + wrow + 8, __float2bfloat16_rn(y1), valid);
         } else {  // Swiglu, SwigluQuant without ROW_AMAX
-          p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(silu(y0) * y1);
+          store_global_if(p.out + static_cast<size_t>(m) * (N / 2) + inter, __float2bfloat16_rn(silu(y0) * y1), valid);
         }
       }
     }

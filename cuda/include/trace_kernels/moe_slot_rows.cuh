@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "trace_kernels/store_if.cuh"
+
 namespace trace_kernels::moe::slot_rows {
 
 constexpr int kBlock = 16;  // columns per block: one warp's 16 weight rows of the wgmma accumulator
@@ -88,16 +90,18 @@ __device__ __forceinline__ void store_warp_rows(Accum accum, const float* token_
   for (int v2 = 0; v2 < TN / 8; ++v2) {
 #pragma unroll
     for (int v0 = 0; v0 < 2; ++v0) {
+      // every token column computed, its stores predicated (store_if.cuh: no branch per column); past the expert's
+      // end token_scale and token_weight are 0
       const int dn = v0 + 8 * v2;
-      if (2 * q + dn >= rows_valid) continue;
+      const bool valid = 2 * q + dn < rows_valid;
       const float scale = token_scale[2 * q + dn] * scale_fold, weight = token_weight[2 * q + dn];
       const float y0 = accum(v0 + 4 * v2) * scale * weight;      // row warp_row0 + g
       const float y1 = accum(v0 + 2 + 4 * v2) * scale * weight;  // row warp_row0 + g + 8
       const int s = exponent_for(max(__float_as_uint(fabsf(y0)), __float_as_uint(fabsf(y1))));
       const float down = pow2(-s);
       const __half2 h = __floats2half2_rn(y0 * down, y1 * down);
-      pair_out[dn * (N / 2)] = *reinterpret_cast<const uint32_t*>(&h);
-      exponent_out[dn * (N / 2)] = static_cast<int8_t>(s);
+      store_global_if(pair_out + dn * (N / 2), *reinterpret_cast<const uint32_t*>(&h), valid);
+      store_global_if(exponent_out + dn * (N / 2), static_cast<int8_t>(s), valid);
     }
   }
 }
