@@ -160,37 +160,6 @@ __device__ __forceinline__ void swiglu_store_fold_amax(Acc acc, const float* tok
   }
 }
 
-// store_warp_tile's Plain, Swiglu and SwigluQuant-without-FOLD_AMAX stores. ALL_VALID (rows_valid >= TN): no test
-// per token column. A test per column (`continue` past the expert's end) makes each column a branch-guarded block
-// that ptxas keeps in order, so each column's shared-memory loads, MUFU chain and stores wait for the previous
-// column's (4.5-4.9 us of a 22-53 us prefill CTA, profiling/moe_timeline.py); without it the columns are straight-line
-// code that ptxas interleaves. A partly filled tile keeps the test: computing its empty columns cost more.
-template <int N, int TN, Epilogue EPI, bool ALL_VALID, class Accum>
-__device__ __forceinline__ void store_warp_columns(const MoEGemmParams& p, Accum accum, const float* token_scale,
-                                                   int warp_row0, int row0, int rows_valid, int lane,
-                                                   float scale_fold) {
-  const int g = lane / 4, q = lane % 4;
-  const int wrow = warp_row0 + g, inter = warp_row0 / 2 + g;
-#pragma unroll
-  for (int v2 = 0; v2 < TN / 8; ++v2) {
-#pragma unroll
-    for (int v0 = 0; v0 < 2; ++v0) {
-      const int n = 2 * q + v0 + 8 * v2;
-      if (!ALL_VALID && n >= rows_valid) continue;
-      const int m = row0 + n;
-      const float scale = token_scale[n] * scale_fold;
-      const float y0 = accum(v0 + 4 * v2) * scale;      // row warp_row0 + g
-      const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row warp_row0 + g + 8
-      if constexpr (EPI == Epilogue::Plain) {
-        p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
-        p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
-      } else {  // Swiglu, SwigluQuant without ROW_AMAX
-        p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(silu(y0) * y1);
-      }
-    }
-  }
-}
-
 // One warp's epilogue stores (v1's and ws's, every epilogue but SwigluQuant's last-CTA quantization) of its 16 weight
 // rows warp_row0 .. warp_row0 + 15 x TN token columns: accum(v0 + 2 v1 + 4 v2) is weight row warp_row0 + g + 8 v1,
 // token 2q + v0 + 8 v2 (g = lane / 4, q = lane % 4). SwiGLU weight rows are interleaved by 8: rows 16b..16b+7 gate,
@@ -202,17 +171,33 @@ template <int N, int TN, Epilogue EPI, bool FOLD_AMAX, class Accum>
 __device__ __forceinline__ void store_warp_tile(const MoEGemmParams& p, Accum accum, const float* token_scale,
                                                 const float* token_weight, int warp_row0, int row0, int rows_valid,
                                                 int lane, uint32_t* row_amax, int amax_row0, float scale_fold) {
-  const int g = lane / 4;
+  const int g = lane / 4, q = lane % 4;
   if constexpr (EPI == Epilogue::RouterWeight) {  // the per-slot rows, as the combine reads them
     slot_rows::store_warp_rows<TN, N>(accum, token_scale, token_weight, p.slot_values, p.slot_exponents, warp_row0,
                                       row0, rows_valid, lane, scale_fold);
   } else if constexpr (EPI == Epilogue::SwigluQuant && FOLD_AMAX) {  // as Swiglu, and each token row's amax folded
     swiglu_store_fold_amax<TN, N / 2>(accum, token_scale, p.out, row_amax, amax_row0, warp_row0 / 2 + g, row0,
                                       rows_valid, lane, scale_fold);
-  } else if (rows_valid >= TN) {  // a full token tile (most of a prefill GEMM's): no test per column
-    store_warp_columns<N, TN, EPI, true>(p, accum, token_scale, warp_row0, row0, rows_valid, lane, scale_fold);
   } else {
-    store_warp_columns<N, TN, EPI, false>(p, accum, token_scale, warp_row0, row0, rows_valid, lane, scale_fold);
+    const int wrow = warp_row0 + g, inter = warp_row0 / 2 + g;  // (hoisted as before: the same SASS)
+#pragma unroll
+    for (int v2 = 0; v2 < TN / 8; ++v2) {
+#pragma unroll
+      for (int v0 = 0; v0 < 2; ++v0) {
+        const int n = 2 * q + v0 + 8 * v2;
+        if (n >= rows_valid) continue;
+        const int m = row0 + n;
+        const float scale = token_scale[n] * scale_fold;
+        const float y0 = accum(v0 + 4 * v2) * scale;      // row warp_row0 + g
+        const float y1 = accum(v0 + 2 + 4 * v2) * scale;  // row warp_row0 + g + 8
+        if constexpr (EPI == Epilogue::Plain) {
+          p.out[static_cast<size_t>(m) * N + wrow] = __float2bfloat16_rn(y0);
+          p.out[static_cast<size_t>(m) * N + wrow + 8] = __float2bfloat16_rn(y1);
+        } else {  // Swiglu, SwigluQuant without ROW_AMAX
+          p.out[static_cast<size_t>(m) * (N / 2) + inter] = __float2bfloat16_rn(silu(y0) * y1);
+        }
+      }
+    }
   }
 }
 

@@ -75,12 +75,11 @@ __device__ __forceinline__ void combine_block(const __half* values, const int8_t
 // warp_row0 + g + 8*v1 (g = lane / 4) and token 2*q + v0 + 8*v2 (q = lane % 4) of the token tile at row0; the row is
 // accum * (token_scale[n] * scale_fold) * token_weight[n]. A lane's two rows of a token are one pair: it stores their
 // FP16 values (4 bytes; the warp's 8 lanes of a token 32 contiguous bytes) and their exponent (1 byte; 8 contiguous),
-// with one base address per lane and a constant offset per token. ALL_VALID (rows_valid >= TN): no test per token
-// column, so the columns are straight-line code (moe_gemm.cuh's store_warp_columns says why).
-template <int TN, int N, bool ALL_VALID, class Accum>
-__device__ __forceinline__ void store_warp_columns(Accum accum, const float* token_scale, const float* token_weight,
-                                                   __half* values, int8_t* exponents, int warp_row0, int64_t row0,
-                                                   int rows_valid, int lane, float scale_fold) {
+// with one base address per lane and a constant offset per token.
+template <int TN, int N, class Accum>
+__device__ __forceinline__ void store_warp_rows(Accum accum, const float* token_scale, const float* token_weight,
+                                                __half* values, int8_t* exponents, int warp_row0, int64_t row0,
+                                                int rows_valid, int lane, float scale_fold) {
   const int g = lane / 4, q = lane % 4;
   const int64_t row_q = row0 + 2 * q;  // token n = 2q + dn
   uint32_t* pair_out = reinterpret_cast<uint32_t*>(values + row_q * N + warp_row0 + 2 * g);
@@ -90,7 +89,7 @@ __device__ __forceinline__ void store_warp_columns(Accum accum, const float* tok
 #pragma unroll
     for (int v0 = 0; v0 < 2; ++v0) {
       const int dn = v0 + 8 * v2;
-      if (!ALL_VALID && 2 * q + dn >= rows_valid) continue;
+      if (2 * q + dn >= rows_valid) continue;
       const float scale = token_scale[2 * q + dn] * scale_fold, weight = token_weight[2 * q + dn];
       const float y0 = accum(v0 + 4 * v2) * scale * weight;      // row warp_row0 + g
       const float y1 = accum(v0 + 2 + 4 * v2) * scale * weight;  // row warp_row0 + g + 8
@@ -100,19 +99,6 @@ __device__ __forceinline__ void store_warp_columns(Accum accum, const float* tok
       pair_out[dn * (N / 2)] = *reinterpret_cast<const uint32_t*>(&h);
       exponent_out[dn * (N / 2)] = static_cast<int8_t>(s);
     }
-  }
-}
-
-template <int TN, int N, class Accum>
-__device__ __forceinline__ void store_warp_rows(Accum accum, const float* token_scale, const float* token_weight,
-                                                __half* values, int8_t* exponents, int warp_row0, int64_t row0,
-                                                int rows_valid, int lane, float scale_fold) {
-  if (rows_valid >= TN) {  // a full token tile (most of a prefill GEMM's)
-    store_warp_columns<TN, N, true>(accum, token_scale, token_weight, values, exponents, warp_row0, row0, rows_valid,
-                                    lane, scale_fold);
-  } else {
-    store_warp_columns<TN, N, false>(accum, token_scale, token_weight, values, exponents, warp_row0, row0, rows_valid,
-                                     lane, scale_fold);
   }
 }
 
