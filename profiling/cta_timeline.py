@@ -28,9 +28,16 @@ def compile_with_stamps(spec, workdir: Path, stamps: bool = True) -> Path:
     return cubin
 
 
+def stamped_cubin(spec, workdir: Path) -> Path:
+    """workdir/NAME_stamps.cubin: spec built with the stamps, compiled now unless an earlier build left it there."""
+    cubin = workdir / f"{spec.name}_stamps.cubin"
+    return cubin if cubin.exists() else compile_with_stamps(spec, workdir)
+
+
 def build_timeline_kernel(spec, workdir: Path) -> runtime.CudaKernel:
-    """The kernel of `spec` compiled with the timeline stamps, launched in its place from now on (this process)."""
-    kernel = runtime.CudaKernel(spec.name, compile_with_stamps(spec, workdir))
+    """The kernel of `spec` with the timeline stamps (stamped_cubin), launched in its place from now on (this
+    process)."""
+    kernel = runtime.CudaKernel(spec.name, stamped_cubin(spec, workdir))
     runtime.install_kernel(kernel)
     return kernel
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 import bench_moe_gemm as bench  # this folder (scripts run as python profiling/...)
-from cta_timeline import NOTE_SLOT, SM_SLOT, clear_stamps, compile_with_stamps, pct, read_stamps
+from cta_timeline import NOTE_SLOT, SM_SLOT, build_timeline_kernel, clear_stamps, pct, read_stamps, stamped_cubin
 from trace_kernels import moe_gemm as ops, runtime, shapes
 from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.moe_routing import route
@@ -226,12 +226,6 @@ def kernels_of(layer: Layer) -> list[tuple[str, object]]:
     return seen
 
 
-def stamped_cubin(spec, workdir: Path) -> Path:
-    """workdir/NAME_stamps.cubin: spec built with the stamps, compiled now unless an earlier build left it there."""
-    cubin = workdir / f"{spec.name}_stamps.cubin"
-    return cubin if cubin.exists() else compile_with_stamps(spec, workdir)
-
-
 def stamped_specs(shape) -> list:
     """Every kernel auto may launch for `shape` that carries stamps: its v1 GEMMs and the combine (not the ws tiles)."""
     return [spec for spec in codegen.specs_for_shape(shape, ("auto",)) if not spec.launch.get("persistent")]
@@ -258,8 +252,7 @@ def run_case(shape, tokens: int, gen: torch.Generator, weights, timer, workdir: 
         if spec.launch.get("persistent"):  # ws: no stamps in moe_gemm_ws.cuh
             continue
         originals.append(runtime.kernel_for(spec))
-        kernel = runtime.CudaKernel(spec.name, stamped_cubin(spec, workdir))
-        runtime.install_kernel(kernel)  # launched in the normal build's place (restored below)
+        kernel = build_timeline_kernel(spec, workdir)  # launched in the normal build's place (restored below)
         stamped.append((role, spec.name, kernel))
     ops._plans.clear()
     ops._combine_plan.cache_clear()
