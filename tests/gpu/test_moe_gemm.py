@@ -195,11 +195,13 @@ def _assert_pairs_scaled(ys: SlotRows):
     assert ((amax >= 2 ** 14) & (amax <= 2 ** 15)).all()
 
 
-@pytest.mark.parametrize("tokens,top_k", [(1, 8), (77, 8), (300, 4), (5, 1)])
-def test_combine_kernel_equals_reference(tokens, top_k):
+@pytest.mark.parametrize("tokens,top_k,h", [(1, 8, 2048), (77, 8, 2048), (300, 4, 2048), (5, 1, 2048), (3, 8, 4096),
+                                           (9, 4, 2880), (2, 8, 7168), (4, 2, 256)])
+def test_combine_kernel_equals_reference(tokens, top_k, h):
     """moe_combine on fresh random per-slot rows (exponents over their whole range, subnormal FP16 values among
-    them) gives the reference's bits; its output is poisoned first."""
-    h = 2048
+    them) gives the reference's bits; its output is poisoned first. Hidden sizes of one 16-column block per thread
+    (2048: 128 threads, 4096: 256), a partly filled warp (2880: 180 blocks), two blocks per thread (7168) and fewer
+    blocks than threads (256)."""
     m = tokens * top_k
     gen = torch.Generator(device="cuda").manual_seed(tokens * 10 + top_k)
     values = torch.randn(m, h, device="cuda", generator=gen) * 4.0 ** torch.randint(-12, 7, (m, h), device="cuda",

@@ -800,11 +800,19 @@ def combine_spec(shape: "ModelShape | MoEDims") -> KernelSpec:
     return combine_spec_for(shape.hidden, shape.top_k)
 
 
+COMBINE_MAX_REGISTERS = 128  # moe_combine's register bound per thread (combine_spec_for)
+
+
 def combine_spec_for(hidden: int, top_k: int) -> KernelSpec:
     """The combine kernel depends on H and k alone (moe_combine's call knows no other dim)."""
     name = kernel_name("moe_combine", "f16pair", "bf16", dims={"h": hidden, "k": top_k})
-    threads = 256
-    params = {"hidden": hidden, "top_k": top_k, "threads": threads}
+    # One thread per 16-column block (H / 16), up to 256 per CTA. The bound of COMBINE_MAX_REGISTERS lets ptxas keep
+    # every slot's loads of a block in flight at once: without a minimum CTAs per SM it gave the kernel 48 registers
+    # and issued each slot's loads only after the previous slot's sum, about one L2 round trip per slot (SASS, nvcc
+    # 13.0; at T = 1-8 the combine is that chain of round trips). With it: 105 registers, no spill.
+    threads = 128 if hidden // 16 <= 128 else 256
+    min_blocks = 65536 // (threads * COMBINE_MAX_REGISTERS)
+    params = {"hidden": hidden, "top_k": top_k, "threads": threads, "min_blocks": min_blocks}
     return KernelSpec(op="moe_gemm", name=name, template="moe_combine.cu.jinja", params=params,
                       launch={"threads": threads, "hidden": hidden, "top_k": top_k},
                       headers=HEADERS, needs_cutlass=True)
