@@ -359,7 +359,6 @@ def test_kernels_compile_for_sm90a_without_spills(tmp_path):
              decode_attention.spec("nvfp4", 10, 2, 128, 16, "mma4l"),  # GQA 5: 5 of the MMA's 8 columns
              decode_attention.spec("nvfp4", 64, 4, 128, 16, "mma4l_c16"),  # GQA 16: two column blocks
              decode_attention.spec("bf16", 24, 2, 64, 64, "mma"),  # GQA 12: 12 MMA rows
-             decode_attention.combine_spec(128),  # the split combine, bounded to 2 CTAs/SM of registers
              kv_codegen.spec("nvfp4", 4, 128), gather_codegen.spec("bf16", 4, 128)]
 
     def build(spec):

@@ -4,29 +4,28 @@
 # registers, so a token's 8 slots cost ~6 chained L2 round trips, and at decode the combine is that chain (the
 # fifty-ninth session's timeline: 2.4 us from its wait to its end at 30B T=8). Now the kernel is bounded to 128
 # registers (105 used), one thread per 16-column block: the same bits, the loads issued together.
+# The call of the sixtieth session ran this script at d90eae8, whose step 4 also timed the same bound on the decode
+# attention's split combine (bench_attention.py --decode-only on both trees; no change beyond the runs' spread, not kept).
 # One call (BUDGET s):
 #   1. the auto kernels of this tree and BASE (.ab_base: 316cac0, before it), both presets (a check of the cache)
 #   2. AB=1 (default): four rounds of the layer benchmark, this tree and BASE in turn, the order swapped every round
 #   3. TIMELINE=1 (default): the timeline's GPU tests (the refactor of 316cac0 too) and profiling/moe_timeline.py at
 #      T = 8, 64 (stamped cubins carried in .tkstamped): the combine's time from its wait to its end
-#   4. ATTN=1 (default): the same bound on the decode attention's split combine (32 -> 40 registers: each warp's 4
-#      unrolled splits' loads together, not in two round trips): bench_attention.py --decode-only on this tree and
-#      BASE, two rounds each in turn, then the KV decode GPU tests with split counts (mma4l, mma, D 128 and 64)
-#   5. CHECKS=1 (default): the combine kernel's GPU tests (every H case), the down GEMM + combine and fused-combine
-#      tests, the PDL and CUDA-graph layer tests, then memcheck and racecheck on the combine kernel's test
-# Usage (repo root; carry .whl, .tkcache_cb, .ab_base, .tkstamped): OUT=$OUT [BUDGET=420] bash \
+#   4. CHECKS=1 (default): the MoE GPU tests' kernels built there (16 jobs; serially inside pytest they outlast the
+#      call), then the combine kernel's GPU tests (every H case), the down GEMM + combine and fused-combine tests, the
+#      PDL and CUDA-graph layer tests, then memcheck and racecheck on the combine kernel's test
+# Usage (repo root; carry .whl, .tkcache_cb, .ab_base, .tkstamped): OUT=$OUT [BUDGET=560] bash \
 #     profiling/device/run_gpu_checks_moe_combine_loads.sh
 #   .ab_base: git archive 316cac0 python cuda codegen profiling/bench_moe_gemm.py profiling/sweep_moe_gemm_tiles.py
-#     profiling/moe_gemm_ncu_case.py profiling/moe_prebuild.py profiling/bench_attention.py | tar -x -C .ab_base
+#     profiling/moe_gemm_ncu_case.py profiling/moe_prebuild.py | tar -x -C .ab_base
 #   .tkcache_cb: TRACE_KERNELS_CACHE_DIR=$PWD/.tkcache_cb python profiling/moe_prebuild.py --tables auto --no-extras
 #     qwen3-30b-a3b qwen3-235b-a22b, the same with BASE (PYTHONPATH=.ab_base/python python
-#     .ab_base/profiling/moe_prebuild.py ...), prebuild_device_caches.py kv (then BASE's moe_prebuild.py again: the
-#     prune keeps one entry per name) and whatever of the tests' kernels it holds (the rest build there)
+#     .ab_base/profiling/moe_prebuild.py ...) and whatever of the tests' kernels it holds (the rest build there)
 #   .tkstamped: python profiling/moe_timeline.py --build-only --shapes tiny,qwen3-30b-a3b,qwen3-235b-a22b
 #     --stamped-dir .tkstamped
 #   -> $OUT/moe_combine_loads.tar
 set -uo pipefail
-source profiling/device/gpu_env.sh --call moe_combine_loads 420 .tkcache_cb
+source profiling/device/gpu_env.sh --call moe_combine_loads 560 .tkcache_cb
 BASE=${BASE:-.ab_base}
 
 moe_prebuild_trees "$DIR" auto "qwen3-30b-a3b qwen3-235b-a22b" "$BASE"
@@ -46,24 +45,9 @@ if [ "${TIMELINE:-1}" = 1 ] && [ "$(left)" -gt 100 ]; then
     --out "$DIR/moe_timeline_combine_loads.json" > "$DIR/moe_timeline.log" 2>&1
   echo "moe_timeline exit $?"; grep -E "^qwen3|^  (down|combine)" "$DIR/moe_timeline.log" | cut -c1-200
 fi
-if [ "${ATTN:-1}" = 1 ] && [ "$(left)" -gt 150 ]; then
-  for round in 1 2; do
-    trees="new base"; [ "$round" = 2 ] && trees="base new"
-    for tree in $trees; do
-      [ "$(left)" -lt 120 ] && break 2
-      path=$PWD/python; script=profiling/bench_attention.py
-      [ "$tree" = base ] && { path=$PWD/$BASE/python; script=$BASE/profiling/bench_attention.py; }
-      PYTHONPATH=/tmp/site:$path:$PWD/rl timeout 60 python3 "$script" --decode-only --nvfp4-variants mma4l \
-        --out "$DIR/attention_combine_loads_${tree}$round.json" > "$DIR/attention_${tree}$round.log" 2>&1
-      echo "attention $tree $round exit $? (${SECONDS}s)"
-      grep -E "^ +[0-9]+ +[0-9]+ \|" "$DIR/attention_${tree}$round.log" | cut -c1-64 | tr -s ' ' | tr '\n' ';'
-      echo
-    done
-  done
-  gpu_tests 60 "$DIR/kv_gpu_tests.log" tests/gpu/test_kv_kernels.py -k "test_decode_attention_matches_reference"
-fi
 [ "${CHECKS:-1}" = 0 ] && { echo "== done ($(left)s left)"; exit 0; }
-limit=$(( $(left) - 60 )); [ "$limit" -gt 200 ] && limit=200
+moe_build 170 "$DIR/build_tests.log" tiny qwen3-30b-a3b  # (the tests' kernels, 16 jobs: 387 in 138 s on an H100's host)
+limit=$(( $(left) - 60 )); [ "$limit" -gt 120 ] && limit=120
 [ "$limit" -gt 30 ] && gpu_tests "$limit" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py \
   -k "combine or test_programmatic_dependent_launches_equal_plain_ones or test_cuda_graph_replay_matches_eager"
 for tool in memcheck racecheck; do

@@ -16,10 +16,6 @@ from trace_kernels.shapes import ModelShape
 NAME = "decode_attention"
 COMBINE_NAME = "decode_attention_combine"
 COMBINE_THREADS = 256  # 8 warps (attention_split_combine.cuh), each a few whole split rows in flight
-# __launch_bounds__(COMBINE_THREADS, 2): without a minimum CTAs per SM ptxas kept the combine at 32 registers and issued
-# the last two of each 4 unrolled splits' loads only after the first two's sums (two L2 round trips per 4 splits);
-# with it, 40 registers and the 4 splits' loads together (SASS, nvcc 13.0; the same bits)
-COMBINE_MIN_BLOCKS = 2
 MMA_TEMPLATE = "decode_attention_mma.cu.jinja"
 MMA2_TEMPLATE = "decode_attention_mma2.cu.jinja"
 MMA4_TEMPLATE = "decode_attention_mma4.cu.jinja"
@@ -237,8 +233,7 @@ def combine_spec(head_dim: int) -> KernelSpec:
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"{COMBINE_NAME}: head_dim {head_dim} is not supported (supported: {HEAD_DIMS})")
     return KernelSpec(op=NAME, name=kernel_name(COMBINE_NAME, dims={"d": head_dim}), template=COMBINE_TEMPLATE,
-                      params={"d": head_dim, "threads": COMBINE_THREADS, "min_blocks": COMBINE_MIN_BLOCKS},
-                      launch={"threads": COMBINE_THREADS},
+                      params={"d": head_dim, "threads": COMBINE_THREADS}, launch={"threads": COMBINE_THREADS},
                       headers=COMBINE_HEADERS)
 
 
