@@ -381,18 +381,21 @@ __device__ __forceinline__ void store_token_row(const TokenRowLoads& r, int n, f
 // row counts one arrival of its token on this weight tile's columns; the CTA whose arrival completes a token's
 // TOPK sums that token's TOPK rows of these columns in slot order, exactly as moe_combine_device does (the same
 // bits whichever CTA it is), and leaves its counter zero. won: int32 [TN] of shared memory.
+// Each arrival is one thread's acq_rel atomic after a barrier (tile_arrival.cuh): its release half publishes the
+// whole CTA's rows, its acquire half, handed on by the next barrier, lets the CTA read the other arrivers' rows.
+// (Until the sixty-first session every thread fenced with the sequentially consistent MEMBAR.SC.GPU before the
+// barrier, and the winners again after it.)
 template <int N, int BLOCK_ROWS, int TN, int TOPK, int THREADS>
 __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, int row0, int rows_valid, int wt, int tid,
                                                       int32_t* won) {
   constexpr int kTiles = N / BLOCK_ROWS;                  // weight tiles (counters) per token
   constexpr int kBlocks = BLOCK_ROWS / slot_rows::kBlock;  // 16-column blocks of one token's slice
-  __threadfence();  // this thread's per-slot rows, before the arrivals below
-  __syncthreads();
+  __syncthreads();  // every thread's per-slot rows, before the arrivals below
   for (int n = tid; n < TN; n += THREADS) {
     int token = -1;
     if (n < rows_valid) {
       const int t = p.row_token[row0 + n];
-      if (atomicAdd(&p.combine_counters[static_cast<size_t>(t) * kTiles + wt], 1) == TOPK - 1) token = t;
+      if (arrive_acq_rel_gpu(&p.combine_counters[static_cast<size_t>(t) * kTiles + wt]) == TOPK - 1) token = t;
     }
     won[n] = token;
   }
@@ -401,15 +404,17 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 #pragma unroll
   for (int n = 0; n < TN; ++n) any |= won[n] >= 0;
   if (!any) return;
-  __threadfence();  // the other CTAs' rows: complete before their arrivals were counted
-  for (int i = tid; i < TN * kBlocks; i += THREADS) {
-    const int n = i / kBlocks, c = i % kBlocks;
+  // One quarter block per item (combine_quarter: every slot's loads at once), quarters of a block on adjacent threads
+  for (int i = tid; i < TN * kBlocks * 4; i += THREADS) {
+    const int n = i / (kBlocks * 4), c = (i / 4) % kBlocks, q = i % 4;
     const int t = won[n];
     if (t < 0) continue;
-    const int32_t* slots = p.slot_rows + static_cast<size_t>(t) * TOPK;
-    slot_rows::combine_block<N, TOPK>(p.slot_values, p.slot_exponents, [&](int j) { return slots[j]; },
-                                      wt * kBlocks + c, p.combine_out + static_cast<size_t>(t) * N);
-    if (c == 0) p.combine_counters[static_cast<size_t>(t) * kTiles + wt] = 0;  // ready for the next launch
+    int32_t rows[TOPK];  // the routing's, from before this launch: the read-only path
+#pragma unroll
+    for (int j = 0; j < TOPK; ++j) rows[j] = __ldg(p.slot_rows + static_cast<size_t>(t) * TOPK + j);
+    slot_rows::combine_quarter<N, TOPK>(p.slot_values, p.slot_exponents, rows, wt * kBlocks + c, q,
+                                        p.combine_out + static_cast<size_t>(t) * N);
+    if (c == 0 && q == 0) p.combine_counters[static_cast<size_t>(t) * kTiles + wt] = 0;  // ready for the next launch
   }
 }
 

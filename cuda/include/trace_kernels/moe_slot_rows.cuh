@@ -71,6 +71,37 @@ __device__ __forceinline__ void combine_block(const __half* values, const int8_t
   dst[1] = {packed[4], packed[5], packed[6], packed[7]};
 }
 
+// Quarter q (pairs 2q and 2q + 1: columns 16b + 2q, + 1, + 8, + 9) of block b of a token's output, from its TOPK
+// rows (rows[j]) summed in FP32 in slot order: combine_block's arithmetic per column, so the same bits. Every slot's
+// loads are issued before the first sum (8 + 2 bytes per slot and quarter), so a token's TOPK rows cost one L2 round
+// trip, where combine_block at the 64 registers of a decode tile chains them. The fused combine's unit of work: a
+// decode tile's winning tokens give one quarter per thread.
+template <int H, int TOPK>
+__device__ __forceinline__ void combine_quarter(const __half* values, const int8_t* exponents, const int32_t (&rows)[TOPK],
+                                                int b, int q, __nv_bfloat16* out) {
+  uint2 v[TOPK];
+  uint32_t e[TOPK];
+#pragma unroll
+  for (int j = 0; j < TOPK; ++j) {
+    v[j] = __ldcg(reinterpret_cast<const uint2*>(values + rows[j] * static_cast<int64_t>(H) + b * kBlock + 4 * q));
+    e[j] = __ldcg(reinterpret_cast<const unsigned short*>(exponents + rows[j] * static_cast<int64_t>(H / 2) +
+                                                          b * kPairs + 2 * q));
+  }
+  float acc[4];  // columns 16b + 2q, 2q + 1, 2q + 8, 2q + 9
+#pragma unroll
+  for (int j = 0; j < TOPK; ++j) {
+    const float s0 = pow2(static_cast<int8_t>(e[j] & 0xffu)), s1 = pow2(static_cast<int8_t>((e[j] >> 8) & 0xffu));
+    const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&v[j].x));  // pair 2q
+    const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&v[j].y));  // pair 2q + 1
+    const float x[4] = {f0.x * s0, f1.x * s1, f0.y * s0, f1.y * s1};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[c] = j == 0 ? x[c] : acc[c] + x[c];  // (slot 0 as loaded: -0 stays -0)
+  }
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[0], acc[1]), hi = __floats2bfloat162_rn(acc[2], acc[3]);
+  *reinterpret_cast<__nv_bfloat162*>(out + b * kBlock + 2 * q) = lo;
+  *reinterpret_cast<__nv_bfloat162*>(out + b * kBlock + 2 * q + 8) = hi;
+}
+
 // The RouterWeight epilogue's stores for one warp of the wgmma accumulator: accum(v0 + 2*v1 + 4*v2) is weight row
 // warp_row0 + g + 8*v1 (g = lane / 4) and token 2*q + v0 + 8*v2 (q = lane % 4) of the token tile at row0; the row is
 // accum * (token_scale[n] * scale_fold) * token_weight[n]. A lane's two rows of a token are one pair: it stores their
