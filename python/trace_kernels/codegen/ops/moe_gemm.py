@@ -66,7 +66,8 @@ class TileConfig:
     # the token's slots in slot order, the combine kernel's bits) instead of a moe_combine launch after it. The
     # other kinds' kernels ignore it. No table uses it: in the same-run A/B of the fourteenth session
     # (profiling/results/moe_combine_h200.json, auto vs auto_cb) it was 1-2% faster at T=8, even to +0.5% at T=32
-    # and 0.3-7% slower from T=64 on (docs/moe_gemm.md).
+    # and 0.3-7% slower from T=64 on; with its loads in flight together and acq_rel arrivals (sixty-first session,
+    # moe_fused_combine_ab_h200_round{1,2}.json) faster only at 30B T=4, 0.2-1.6% slower from T=16-32 (docs/moe_gemm.md).
     fused_combine: bool = False
     # v1: the wgmmas' N is the CTA's routed rows rounded up to this step (a multiple of 8 dividing tile_tokens)
     # instead of tile_tokens: one copy of the main loop per width, picked once per CTA; 0: always tile_tokens.
@@ -208,11 +209,14 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # instead of afterwards, where a cluster holds a token tile's CTAs (A/B runs). Lost its A/B (fifty-fourth
                # session, an H100, profiling/results/moe_cluster_quant_h100_round{1,2}.json): the 30B layer 1-2% slower
                # at T=32, 5-6% at T=64-128, 10% at T=256, 16-17% at T=1024
-               "auto_cq": AUTO_TILE_TABLE}
+               "auto_cq": AUTO_TILE_TABLE,
+               # "auto" without its ws band below 1/8 routed row per expert (T <= 2 at top-8 of 128 experts): v1's next
+               # band from T=1 on (A/B runs, sixty-first session)
+               "auto_v1lo": AUTO_TILE_TABLE}
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp0", "auto_qk", "auto_ra0", "auto_cq")
+               "auto_sp0", "auto_qk", "auto_ra0", "auto_cq", "auto_v1lo")
 # The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
 # group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
 # same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
@@ -513,6 +517,9 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         return _unstepped_table("auto", kind, k)
     if variant == "auto_ra0" and kind is not None:  # auto's tables without row_amax
         return tuple((limit, replace(tile, row_amax=False)) for limit, tile in _unstepped_table("auto", kind, k))
+    if variant == "auto_v1lo" and kind is not None:  # auto's tables, the first band's ws tile dropped
+        table = _unstepped_table("auto", kind, k)
+        return table[1:] if table[0][1].variant == "ws" else table
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
