@@ -25,7 +25,6 @@ source profiling/device/gpu_env.sh --call moe_fused_combine 560 .tkcache_rf
 MID=${MID:-.ab_mid}
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 h200=0; [[ "$card" == *H200* && "${REFRESH:-1}" = 1 ]] && h200=1
-log_machine "$DIR/machine.log"
 
 moe_build 120 "$DIR/build_new.log" --tables auto,auto_cb --no-extras qwen3-30b-a3b qwen3-235b-a22b
 if [ "${CHECKS:-1}" = 1 ]; then
