@@ -575,6 +575,20 @@ def test_step_pipeline_knob():
     _assert_prefill_kernels_alone_differ("auto", "auto_sp0", "_sp1")
 
 
+def test_auto_v1lo_drops_the_ws_band():
+    """auto_v1lo (A/B arm): below 1/8 routed row per expert it runs auto's next band's v1 tiles, from there on auto's."""
+    for k, n, kind in ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
+                       (4096, 3072, "gate_up_swiglu"), (2048, 1536, "gate_up")):
+        assert codegen.tile_for_rows(8, 128, "auto", k=k, kind=kind, n=n).variant == "ws"
+        band2 = codegen.tile_for_rows(32, 128, "auto", k=k, kind=kind, n=n)  # T=4 at top-8: v1
+        assert band2.variant == "v1"
+        for rows in (8, 16):
+            assert codegen.tile_for_rows(rows, 128, "auto_v1lo", k=k, kind=kind, n=n) == band2
+        for rows in (32, 64 * 8, 4096 * 8):
+            assert codegen.tile_for_rows(rows, 128, "auto_v1lo", k=k, kind=kind, n=n) == \
+                codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
+
+
 def test_row_amax_knob():
     """row_amax: the fused gate_up kernel of an in-kernel quantizing tile renders ROW_AMAX and is named _ra1; the other
     kinds build the base tile's kernels; with quantize_after it is refused; auto has it on the fused gate_up tiles that
