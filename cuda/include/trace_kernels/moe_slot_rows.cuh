@@ -30,6 +30,14 @@ __device__ __forceinline__ int exponent_for(uint32_t amax_bits) {
 
 __device__ __forceinline__ float pow2(int e) { return __uint_as_float(static_cast<uint32_t>(127 + e) << 23); }
 
+// One stored pair as FP32 (exact: FP16 values times a normal power of two): word holds columns j and j + 8 of a
+// block as two FP16 values, exponent_byte the pair's s (its low 8 bits, as int8).
+__device__ __forceinline__ float2 decode_pair(uint32_t word, uint32_t exponent_byte) {
+  const float scale = pow2(static_cast<int8_t>(exponent_byte & 0xffu));
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&word));
+  return make_float2(f.x * scale, f.y * scale);
+}
+
 // Block b of row `row` in column order, as FP32 (exact: an FP16 value times a normal power of two).
 // __ldcg: another CTA may have written it (the fused combine) after this SM's L1 saw the line.
 template <int H>
@@ -41,10 +49,9 @@ __device__ __forceinline__ void load_block(const __half* values, const int8_t* e
   const uint32_t words[kPairs] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
-    const float scale = pow2(static_cast<int8_t>(((j < 4 ? e.x : e.y) >> (8 * (j % 4))) & 0xffu));
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
-    out[j] = f.x * scale;
-    out[j + 8] = f.y * scale;
+    const float2 f = decode_pair(words[j], (j < 4 ? e.x : e.y) >> (8 * (j % 4)));
+    out[j] = f.x;
+    out[j + 8] = f.y;
   }
 }
 
@@ -90,10 +97,8 @@ __device__ __forceinline__ void combine_quarter(const __half* values, const int8
   float acc[4];  // columns 16b + 2q, 2q + 1, 2q + 8, 2q + 9
 #pragma unroll
   for (int j = 0; j < TOPK; ++j) {
-    const float s0 = pow2(static_cast<int8_t>(e[j] & 0xffu)), s1 = pow2(static_cast<int8_t>((e[j] >> 8) & 0xffu));
-    const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&v[j].x));  // pair 2q
-    const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&v[j].y));  // pair 2q + 1
-    const float x[4] = {f0.x * s0, f1.x * s1, f0.y * s0, f1.y * s1};
+    const float2 f0 = decode_pair(v[j].x, e[j]), f1 = decode_pair(v[j].y, e[j] >> 8);  // pairs 2q, 2q + 1
+    const float x[4] = {f0.x, f1.x, f0.y, f1.y};
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[c] = j == 0 ? x[c] : acc[c] + x[c];  // (slot 0 as loaded: -0 stays -0)
   }
