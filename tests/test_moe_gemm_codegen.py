@@ -589,6 +589,24 @@ def test_auto_v1lo_drops_the_ws_band():
                 codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
 
 
+def test_auto_v1cb_combines_in_the_first_down_band():
+    """auto_v1cb (A/B arm): auto_v1lo's tiles, with the down GEMM's tile combining in its epilogue up to 1/4 routed row
+    per expert (the same tile otherwise), and auto_v1lo's from there on and in the gate_up GEMMs."""
+    for k, n, kind in ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
+                       (4096, 3072, "gate_up_swiglu"), (2048, 1536, "gate_up")):
+        for rows in (8, 16, 32):  # T = 1, 2, 4 at top-8 of 128 experts
+            v1lo = codegen.tile_for_rows(rows, 128, "auto_v1lo", k=k, kind=kind, n=n)
+            tile = codegen.tile_for_rows(rows, 128, "auto_v1cb", k=k, kind=kind, n=n)
+            if kind == "down_routed":
+                assert v1lo.variant == "v1" and not v1lo.fused_combine
+                assert tile == dataclasses.replace(v1lo, fused_combine=True)
+            else:
+                assert tile == v1lo
+        for rows in (33, 64, 64 * 8, 4096 * 8):
+            assert codegen.tile_for_rows(rows, 128, "auto_v1cb", k=k, kind=kind, n=n) == \
+                codegen.tile_for_rows(rows, 128, "auto_v1lo", k=k, kind=kind, n=n)
+
+
 def test_row_amax_knob():
     """row_amax: the fused gate_up kernel of an in-kernel quantizing tile renders ROW_AMAX and is named _ra1; the other
     kinds build the base tile's kernels; with quantize_after it is refused; auto has it on the fused gate_up tiles that

@@ -6,8 +6,10 @@
 # tiles quantized afterwards (auto's from T=4) or in their last CTA from the folded row amax (row_amax), and v1's
 # one-warpgroup ring with row_amax. CUDA-graph replays, L2 flushed, median of REPS. First (AB=1, default) the layer,
 # auto against auto_v1lo (auto without its ws band: auto's T=4 tiles from T=1 on) at T = 1, 2, 4 (T=4 the same kernels,
-# a control), two rounds in one process each with the arms swapped; then the sweeps while 40 s are left.
-# Usage (repo root; carry .whl, .tkcache_rf: moe_prebuild.py --tables auto --no-extras --tiles "$TILES" both presets):
+# a control) and auto_v1cb (auto_v1lo with the down GEMM combining in its epilogue at T <= 4), two rounds in one process
+# each with the arms' order reversed; then the sweeps while 40 s are left.
+# Usage (repo root; carry .whl, .tkcache_rf: moe_prebuild.py --tables auto --no-extras --tiles "$TILES" both presets,
+# then --tables auto_v1cb --no-extras):
 #   OUT=$OUT [BUDGET=300] bash profiling/device/run_gpu_sweep_moe_ws_band.sh   -> $OUT/moe_ws_band.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_ws_band 300 .tkcache_rf
@@ -18,7 +20,7 @@ tile_tokens=8,stages=2,chunks_per_stage=4,fused_min_blocks=4,row_amax=1;\
 tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=3,quantize_after=1;\
 tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=3,row_amax=1;\
 tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,row_amax=1"
-[ "${AB:-1}" = 1 ] && layer_ab_swapped "$DIR" 70 60 auto,auto_v1lo --tokens 1,2,4
+[ "${AB:-1}" = 1 ] && layer_ab_swapped "$DIR" 90 60 auto,auto_v1lo,auto_v1cb --tokens 1,2,4
 shares=2
 for shape in qwen3-30b-a3b qwen3-235b-a22b; do
   [ "$(left)" -lt 40 ] && break

@@ -212,11 +212,16 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_cq": AUTO_TILE_TABLE,
                # "auto" without its ws band below 1/8 routed row per expert (T <= 2 at top-8 of 128 experts): v1's next
                # band from T=1 on (A/B runs, sixty-first session)
-               "auto_v1lo": AUTO_TILE_TABLE}
+               "auto_v1lo": AUTO_TILE_TABLE,
+               # auto_v1lo with the combine in the down GEMM's epilogue up to 1/4 routed row per expert (T <= 4 at top-8
+               # of 128 experts), where auto_cb gained on 30B in the sixty-first session (A/B runs, sixty-second session)
+               "auto_v1cb": AUTO_TILE_TABLE}
+# auto_v1cb's band of down tiles that combine in their epilogue (routed rows per expert)
+V1CB_ROWS = 0.25
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp0", "auto_qk", "auto_ra0", "auto_cq", "auto_v1lo")
+               "auto_sp0", "auto_qk", "auto_ra0", "auto_cq", "auto_v1lo", "auto_v1cb")
 # The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
 # group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
 # same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
@@ -226,7 +231,7 @@ AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns
 # control cell, T=1024, the same kernels in both arms, moved 4%). auto_sp0 is auto without it; auto_ns0, auto_gp0,
 # auto_ov and auto_cb (whose combining prefill down tile never ran with it) are without it too.
 STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra0",
-                        "auto_cq", "auto_v1lo")
+                        "auto_cq", "auto_v1lo", "auto_v1cb")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -520,6 +525,12 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
     if variant == "auto_v1lo" and kind is not None:  # auto's tables, the first band's ws tile dropped
         table = _unstepped_table("auto", kind, k)
         return table[1:] if table[0][1].variant == "ws" else table
+    if variant == "auto_v1cb" and kind is not None:  # auto_v1lo's tables, its first down band combining below V1CB_ROWS
+        table = _unstepped_table("auto_v1lo", kind, k)
+        limit, tile = table[0]
+        if kind != "down_routed" or tile.variant != "v1" or limit <= V1CB_ROWS:
+            return table
+        return ((V1CB_ROWS, replace(tile, fused_combine=True)),) + table
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
