@@ -605,7 +605,7 @@ def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
         assert torch.equal(y, want), (variant, tokens, seed)
 
 
-@pytest.mark.parametrize("tokens", [8, 300])
+@pytest.mark.parametrize("tokens", [1, 8, 300])
 def test_fused_combine_equals_the_combine_kernel(tokens):
     """The combine in the down GEMM's epilogue gives the combine kernel's bits, leaves its counters zero for the
     next launch, and refuses a routing whose slot_rows and row_index are not inverse maps before launching."""
@@ -626,6 +626,8 @@ def test_fused_combine_equals_the_combine_kernel(tokens):
             assert torch.equal(got, want), tile
         counters = _common._counters[(torch.cuda.current_device(), "combine")]
         assert not counters.any(), tile
+    if tokens < 2:  # (no second token whose row a slot could name)
+        return
     slots = r.slot_rows.clone()
     slots[[0, 1], 0] = slots[[1, 0], 0]  # token 0's first slot now names token 1's row
     bad = dataclasses.replace(r, slot_rows=slots)
