@@ -8,11 +8,13 @@
 # auto against auto_v1lo (auto without its ws band: auto's T=4 tiles from T=1 on) at T = 1, 2, 4 (T=4 the same kernels,
 # a control) and auto_v1cb (auto_v1lo with the down GEMM combining in its epilogue at T <= 4), two rounds in one process
 # each with the arms' order reversed; then the sweeps while 40 s are left.
-# Usage (repo root; carry .whl, .tkcache_rf: moe_prebuild.py --tables auto --no-extras --tiles "$TILES" both presets,
-# then --tables auto_v1cb --no-extras):
+# Then (CHECKS=1, default) the fused combine's GPU test (at T = 1, 8, 300, against the combine kernel) and memcheck on
+# its T=1 case, which auto_v1cb would need before it is adopted.
+# Usage (repo root; carry .whl and .tkcache_moe: prebuild_device_caches.py --cache .tkcache_moe moe_tests, then into the
+# same cache moe_prebuild.py --tables auto,auto_v1cb --no-extras --tiles "$TILES" qwen3-30b-a3b qwen3-235b-a22b):
 #   OUT=$OUT [BUDGET=300] bash profiling/device/run_gpu_sweep_moe_ws_band.sh   -> $OUT/moe_ws_band.tar
 set -uo pipefail
-source profiling/device/gpu_env.sh --call moe_ws_band 300 .tkcache_rf
+source profiling/device/gpu_env.sh --call moe_ws_band 300 .tkcache_moe
 TILES="tile_tokens=8,stages=5,min_blocks=3,warpgroups=1,variant=ws,chunks_per_stage=2,row_amax=1;\
 tile_tokens=8,stages=5,min_blocks=2,warpgroups=2,variant=ws,chunks_per_stage=2;\
 tile_tokens=8,stages=2,chunks_per_stage=4,fused_min_blocks=4,quantize_after=1;\
@@ -21,6 +23,11 @@ tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=3,quantize_after
 tile_tokens=8,stages=1,min_blocks=8,warpgroups=1,weights_direct=3,row_amax=1;\
 tile_tokens=8,stages=4,min_blocks=4,warpgroups=1,row_amax=1"
 [ "${AB:-1}" = 1 ] && layer_ab_swapped "$DIR" 90 60 auto,auto_v1lo,auto_v1cb --tokens 1,2,4
+if [ "${CHECKS:-1}" = 1 ] && [ "$(left)" -gt 100 ]; then
+  gpu_tests 60 "$DIR/fused_combine_tests.log" tests/gpu/test_moe_gemm.py -k test_fused_combine_equals_the_combine_kernel
+  sanitize memcheck 40 "$DIR/fused_combine_memcheck.log" python3 -m pytest -q -p no:cacheprovider \
+    "tests/gpu/test_moe_gemm.py::test_fused_combine_equals_the_combine_kernel[1]"
+fi
 shares=2
 for shape in qwen3-30b-a3b qwen3-235b-a22b; do
   [ "$(left)" -lt 40 ] && break
