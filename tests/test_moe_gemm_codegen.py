@@ -12,6 +12,10 @@ from trace_kernels.codegen.ops import moe_gemm as codegen
 from trace_kernels.codegen.render import render_spec
 from trace_kernels.jit import compiler
 
+# (K, N, kind) of every GEMM of the qwen3-30b-a3b and qwen3-235b-a22b presets
+PRESET_GEMMS = ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
+                (4096, 3072, "gate_up_swiglu"), (2048, 1536, "gate_up"))
+
 
 def test_specs_render_deterministically_with_readable_names():
     for name in ("tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"):
@@ -559,8 +563,7 @@ def test_step_pipeline_knob():
     fitted = codegen.fit_chunks(tile, 64)  # one chunk of K: stages of one chunk, no pipeline
     assert fitted.chunks_per_stage == 1 and not fitted.step_pipeline
     # auto: it on the prefill ring, both GEMMs; auto_sp0 (auto without it) below that row and without it there
-    for k, n, kind in ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
-                       (4096, 3072, "gate_up_swiglu"), (2048, 1536, "gate_up")):
+    for k, n, kind in PRESET_GEMMS:
         for rows in (4096 * 8, 64 * 8, 1024 * 8):
             before = codegen.tile_for_rows(rows, 128, "auto_sp0", k=k, kind=kind, n=n)
             want = dataclasses.replace(before, step_pipeline=True) if rows == 4096 * 8 else before
@@ -577,8 +580,7 @@ def test_step_pipeline_knob():
 
 def test_auto_v1lo_drops_the_ws_band():
     """auto_v1lo (A/B arm): below 1/8 routed row per expert it runs auto's next band's v1 tiles, from there on auto's."""
-    for k, n, kind in ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
-                       (4096, 3072, "gate_up_swiglu"), (2048, 1536, "gate_up")):
+    for k, n, kind in PRESET_GEMMS:
         assert codegen.tile_for_rows(8, 128, "auto", k=k, kind=kind, n=n).variant == "ws"
         band2 = codegen.tile_for_rows(32, 128, "auto", k=k, kind=kind, n=n)  # T=4 at top-8: v1
         assert band2.variant == "v1"
@@ -592,8 +594,7 @@ def test_auto_v1lo_drops_the_ws_band():
 def test_auto_v1cb_combines_in_the_first_down_band():
     """auto_v1cb (A/B arm): auto_v1lo's tiles, with the down GEMM's tile combining in its epilogue up to 1/4 routed row
     per expert (the same tile otherwise), and auto_v1lo's from there on and in the gate_up GEMMs."""
-    for k, n, kind in ((768, 2048, "down_routed"), (1536, 4096, "down_routed"), (2048, 1536, "gate_up_swiglu"),
-                       (4096, 3072, "gate_up_swiglu"), (2048, 1536, "gate_up")):
+    for k, n, kind in PRESET_GEMMS:
         for rows in (8, 16, 32):  # T = 1, 2, 4 at top-8 of 128 experts
             v1lo = codegen.tile_for_rows(rows, 128, "auto_v1lo", k=k, kind=kind, n=n)
             tile = codegen.tile_for_rows(rows, 128, "auto_v1cb", k=k, kind=kind, n=n)
