@@ -608,6 +608,49 @@ def test_auto_v1cb_combines_in_the_first_down_band():
                 codegen.tile_for_rows(rows, 128, "auto_v1lo", k=k, kind=kind, n=n)
 
 
+def test_l2_prefetch_knob_and_tables():
+    """l2_prefetch: a v1 kernel renders L2_PREFETCH and is named _l2p1 (ws refuses it); auto_pfd is auto with its v1
+    down decode tiles (TN <= 32) prefetching, auto_pf with both GEMMs' too, auto_v1pf auto_v1lo's; wider tiles and ws
+    tiles as they were."""
+    dims = codegen.MoEDims(128, 2048, 768, 8)
+    tile = dataclasses.replace(codegen.DOWN_DIRECT_TILE, l2_prefetch=True)
+    spec = codegen.gemm_spec(dims, "down_routed", tile)
+    assert spec.name.endswith("_l2p1_sm90a")
+    assert "/*L2_PREFETCH=*/true" in render_spec(spec)
+    plain = codegen.gemm_spec(dims, "down_routed", codegen.DOWN_DIRECT_TILE)
+    assert "L2_PREFETCH" not in render_spec(plain) and "l2p" not in plain.name
+    with pytest.raises(ValueError, match="l2_prefetch is a v1 knob"):
+        codegen.gemm_spec(dims, "down_routed", dataclasses.replace(codegen.WS_ONE_WARPGROUP_TILE, l2_prefetch=True))
+    for k, n, kind in PRESET_GEMMS:
+        for rows in (8, 32, 64 * 8, 256 * 8, 4096 * 8):
+            for variant, base, kinds in (("auto_pfd", "auto", ("down_routed",)),
+                                         ("auto_pf", "auto", codegen.CALL_KINDS),
+                                         ("auto_v1pf", "auto_v1lo", codegen.CALL_KINDS)):
+                before = codegen.tile_for_rows(rows, 128, base, k=k, kind=kind, n=n)
+                tile = codegen.tile_for_rows(rows, 128, variant, k=k, kind=kind, n=n)
+                on = kind in kinds and before.variant == "v1" and before.tile_tokens <= codegen.L2_PREFETCH_MAX_TN
+                assert tile == (dataclasses.replace(before, l2_prefetch=True) if on else before)
+    # the decode bands prefetch (30B's down GEMM at T = 8 and 256), the prefill tile does not
+    assert codegen.tile_for_rows(64, 128, "auto_pfd", k=768, kind="down_routed", n=2048).l2_prefetch
+    assert codegen.tile_for_rows(2048, 128, "auto_pf", k=2048, kind="gate_up_swiglu", n=1536).l2_prefetch
+    assert not codegen.tile_for_rows(4096 * 8, 128, "auto_pf", k=2048, kind="gate_up_swiglu", n=1536).l2_prefetch
+
+
+def test_auto_gd_runs_a_short_k_gate_up_on_the_direct_tile():
+    """auto_gd (A/B arm): a gate_up GEMM of K <= GATE_UP_DIRECT_MAX_K runs the down GEMM's direct tile (the fused one
+    quantized afterwards) from above 1/16 to 1 routed row per expert and ws only up to 1/16; the down GEMM, longer K
+    and the other bands as auto."""
+    for k, n, kind in PRESET_GEMMS:
+        for rows in (8, 16, 32, 128, 129, 64 * 8, 4096 * 8):  # T = 1, 2, 4, 16, (just past 16), 64, 4096 at top-8
+            auto = codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
+            tile = codegen.tile_for_rows(rows, 128, "auto_gd", k=k, kind=kind, n=n)
+            if kind != "down_routed" and k <= codegen.GATE_UP_DIRECT_MAX_K and 8 < rows <= 128:
+                assert tile == dataclasses.replace(codegen.DOWN_DIRECT_TILE, quantize_after=kind == "gate_up_swiglu")
+            else:
+                assert tile == auto
+    assert any(k <= codegen.GATE_UP_DIRECT_MAX_K and kind != "down_routed" for k, _, kind in PRESET_GEMMS)
+
+
 def test_row_amax_knob():
     """row_amax: the fused gate_up kernel of an in-kernel quantizing tile renders ROW_AMAX and is named _ra1; the other
     kinds build the base tile's kernels; with quantize_after it is refused; auto has it on the fused gate_up tiles that

@@ -323,9 +323,12 @@ def test_auto_tiles_at_odd_chunk_counts(tokens, top_k):
 
 def _layer_tile(variant, m, e):
     """A test layer's tile: the variant's table tile, or for "v1_cb" v1's with the down GEMM's combine in its
-    epilogue (fused_combine; the gate_up kernels ignore it)."""
+    epilogue (fused_combine; the gate_up kernels ignore it), for "v1_pf" v1's prefetching its weights into L2 ahead of
+    the PDL wait (l2_prefetch, both GEMMs)."""
     if variant == "v1_cb":
         return dataclasses.replace(tile_for_rows(m, e, "v1"), fused_combine=True)
+    if variant == "v1_pf":
+        return dataclasses.replace(tile_for_rows(m, e, "v1"), l2_prefetch=True)
     return tile_for_rows(m, e, variant)
 
 
@@ -352,7 +355,7 @@ def _captured_layer(p, tokens, up_tile, down_tile):
     return graph, x, s_a, up_out, y
 
 
-@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb"])
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb", "v1_pf"])
 def test_cuda_graph_replay_matches_eager(variant):
     """The layer captured in a CUDA graph (validate=False: no host syncs) replays to the eager result,
     also on new inputs copied into the captured buffers (the fused epilogue's tile counters reset)."""
@@ -426,6 +429,30 @@ def test_row_amax_tables_give_auto_bits(variant, tokens):
         assert torch.equal(g, w), (variant, tokens, tile)
     if "gate_up_row_amax" in _pool_names():  # (auto's T <= 2 tile allocated it)
         assert not _row_amax_pool().any()
+
+
+@pytest.mark.parametrize("variant", ["auto_pf", "auto_gd", "auto_v1pf"])
+@pytest.mark.parametrize("tokens", [1, 2, 8, 64, 300])
+def test_prefetch_and_direct_gate_up_tables_give_auto_layer_bits(variant, tokens):
+    """The sixty-third session's A/B tables, each GEMM on its own kind's tile and launched as the benchmark launches
+    them (programmatic dependent launches): auto_pf and auto_v1pf (weights prefetched into L2 ahead of the PDL wait)
+    and auto_gd (30B's gate_up on the direct tile) give auto's gate_up outputs and layer output bit for bit."""
+    name = "qwen3-30b-a3b"
+    e, h, i, k = SHAPES[name]
+    p = problem(name, tokens, 800 + tokens, skew=1.0 if tokens == 300 else 0.0)
+    r = p.routing
+    up_tile = tile_for_rows(r.num_rows, e, variant, k=h, kind="gate_up_swiglu", n=2 * i)
+    down_tile = tile_for_rows(r.num_rows, e, variant, k=i, kind="down_routed", n=h)
+    got = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a, tile=up_tile,
+                          out=_poisoned_gate_up(r.num_rows, i), pdl=True)
+    got_y = ops.moe_down(got.a_next, p.down, r, row_scale=got.q.scale, tile=down_tile, pdl=True)
+    want = ops.moe_gate_up(p.a, p.gate_up, r.offsets, row_index=r.row_index, row_scale=p.s_a)  # auto
+    want_y = ops.moe_down(want.a_next, p.down, r, row_scale=want.q.scale)
+    torch.cuda.synchronize()
+    for g, w in ((got.h, want.h), (got.q.codes, want.q.codes), (got.q.scale, want.q.scale), (got.a_next, want.a_next),
+                 (got.q.block_scales.view(torch.uint8), want.q.block_scales.view(torch.uint8)),
+                 (got.mantissa_bits, want.mantissa_bits), (got_y, want_y)):
+        assert torch.equal(g, w), (variant, tokens, up_tile, down_tile)
 
 
 CLUSTER_TILES = [tile for tile in EXTRA_TILES if tile.cluster_quant]
@@ -563,7 +590,7 @@ def test_capture_of_row_amax_tile_without_its_pool_raises_before_launch(monkeypa
     assert _common._counters == counters_only
 
 
-@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb"])
+@pytest.mark.parametrize("variant", [*_VARIANTS, "auto_qa", "auto_ov", "v1_cb", "v1_pf"])
 @pytest.mark.parametrize("tokens", [1, 8, 64, 1024])
 def test_programmatic_dependent_launches_equal_plain_ones(variant, tokens):
     """pdl=True (the GEMMs start while the previous kernel runs and wait for it before reading its

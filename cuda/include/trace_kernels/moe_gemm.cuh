@@ -127,6 +127,11 @@ __device__ __forceinline__ uint2 ldg_stream_8(const void* src) {
   }
   return v;
 }
+// L2_PREFETCH: `bytes` (a multiple of 16) from `src` (16-byte aligned) into L2 by the TMA unit, one instruction and no
+// destination or completion to wait for: a CTA's later weight chunks requested in bulk ahead of the PDL wait.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 // cp.async writes through the generic proxy; wgmma reads shared memory through the async proxy.
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -441,9 +446,12 @@ __device__ __forceinline__ void combine_last_arrivals(const MoEGemmParams& p, in
 // NWG): a token tile's CTAs are one cluster): every CTA folds its part of each row's amax into its own shared memory,
 // reads the other CTAs' parts after a cluster barrier, and quantizes its own columns of h; no tile counter, no last
 // CTA, no global round trip of the amax.
+// L2_PREFETCH: before the PDL wait, one bulk L2 prefetch per warpgroup of its weight chunks past those the prologue
+// requested (TileConfig.l2_prefetch).
 template <int E, int N, int K, int TN, int NWG, int STAGES, Epilogue EPI, int SMEM_BYTES, bool PROXY_FENCE = true,
           bool OVERLAP = false, int CPS = 1, int WDIRECT = 0, int COMBINE_TOPK = 0, int NSTEP = 0,
-          bool GATHER_PIECES = false, bool STEP_PIPE = false, bool ROW_AMAX = false, int CLUSTER_Q = 0>
+          bool GATHER_PIECES = false, bool STEP_PIPE = false, bool ROW_AMAX = false, int CLUSTER_Q = 0,
+          bool L2_PREFETCH = false>
 __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
   using namespace cute;
   constexpr bool kDirect = WDIRECT > 0;
@@ -566,6 +574,18 @@ __device__ __forceinline__ void moe_gemm_device(const MoEGemmParams& p) {
         direct_codes[r] = detail::ldg_stream_16<true>(code_c + r * detail::kCodeRecord);
         direct_scales[r] = detail::ldg_stream_8<true>(direct_scale_c + r * detail::kScaleRecord);
       }
+    }
+  }
+  if constexpr (L2_PREFETCH) {
+    // The rest of each warpgroup's weight chunks (its kChunks records of codes and of scales are contiguous) into L2
+    // now: under a programmatic dependent launch the CTA may get here while the previous kernel still runs (the
+    // down GEMM during the gate_up's main loop), and the main loop then reads them from L2 instead of DRAM.
+    constexpr int kRequested = kDirect ? WDIRECT : kAhead;  // chunks already on their way (above)
+    if (kChunks > kRequested && tid < NWG) {
+      const size_t first = record + static_cast<size_t>(tid) * kChunks + kRequested;
+      detail::prefetch_l2_bulk(p.w_codes + first * detail::kCodeRecord, (kChunks - kRequested) * detail::kCodeRecord);
+      detail::prefetch_l2_bulk(p.w_scales + first * detail::kScaleRecord,
+                               (kChunks - kRequested) * detail::kScaleRecord);
     }
   }
   const float s_w = p.w_scale[expert] * dequant::kWeightScaleFold;

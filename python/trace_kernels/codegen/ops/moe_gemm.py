@@ -94,6 +94,11 @@ class TileConfig:
     # each row's amax into its own shared memory, reads the other CTAs' parts after a cluster barrier and quantizes its
     # own columns of h (moe_gemm.cuh CLUSTER_Q, fifty-third session): no quantize launch after the GEMM, no last CTA.
     cluster_quant: bool = False
+    # v1: before the wait for the previous kernel (a programmatic dependent launch), each warpgroup asks the TMA unit to
+    # prefetch its weight chunks past those the prologue requested into L2 (cp.async.bulk.prefetch.L2, one instruction
+    # per array): a down GEMM whose CTAs get resident during the gate_up's main loop then streams its weights from L2.
+    # A/B tables "auto_pfd" (auto's down decode tiles), "auto_pf" (both GEMMs' decode tiles), "auto_v1pf" (auto_v1lo's).
+    l2_prefetch: bool = False
 
 
 # A cluster has at most 16 CTAs on sm_90 (above 8, the portable size, with the non-portable size attribute, which
@@ -215,13 +220,30 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                "auto_v1lo": AUTO_TILE_TABLE,
                # auto_v1lo with the combine in the down GEMM's epilogue up to 1/4 routed row per expert (T <= 4 at top-8
                # of 128 experts), where auto_cb gained on 30B in the sixty-first session (A/B runs, sixty-second session)
-               "auto_v1cb": AUTO_TILE_TABLE}
+               "auto_v1cb": AUTO_TILE_TABLE,
+               # "auto" with its v1 down decode tiles prefetching their weights into L2 ahead of the PDL wait
+               # (l2_prefetch), "auto_pf" with both GEMMs' v1 decode tiles doing it, "auto_v1pf" auto_v1lo's (A/B runs,
+               # sixty-third session)
+               "auto_pfd": AUTO_TILE_TABLE, "auto_pf": AUTO_TILE_TABLE, "auto_v1pf": AUTO_TILE_TABLE,
+               # "auto" with the gate_up GEMMs of a short K (GATE_UP_DIRECT_MAX_K: 30B's 2048) on the down GEMM's direct
+               # tile from above 1/16 routed row per expert to 1 (T = 2 to 8 at top-8 of 128 experts), the fused one
+               # quantized afterwards (A/B runs, sixty-third session)
+               "auto_gd": AUTO_TILE_TABLE}
 # auto_v1cb's band of down tiles that combine in their epilogue (routed rows per expert)
 V1CB_ROWS = 0.25
+# The widest v1 tile the l2_prefetch tables set it on: the decode tiles (up to 64 routed rows per expert), whose CTAs
+# read each weight byte once; a prefill tile's weights are read again from L2 by every token tile of the expert anyway.
+L2_PREFETCH_MAX_TN = 32
+# auto_gd's gate_up K bound: DOWN_DIRECT_TILE keeps TN x K x 2 bytes of activations resident (32 KB at K = 2048). In the
+# sweep of the sixty-third session (an H100, profiling/results/moe_ws_band_sweep_h100_30b.json, fused gate_up timed
+# alone) it took 30B's fused gate_up 0.0205 ms at T=2 (ws 0.0212) and 0.0284-0.0289 at T=4, where auto's ring took
+# 0.0320 in the layer; at 235B's K = 4096 it was the slowest tile (T=4: 0.119-0.122 against 0.097-0.101 ms).
+GATE_UP_DIRECT_MAX_K = 2048
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
 AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns0", "auto_w64", "auto_gp0", "auto_dws",
-               "auto_sp0", "auto_qk", "auto_ra0", "auto_cq", "auto_v1lo", "auto_v1cb")
+               "auto_sp0", "auto_qk", "auto_ra0", "auto_cq", "auto_v1lo", "auto_v1cb", "auto_pfd", "auto_pf", "auto_v1pf",
+               "auto_gd")
 # The auto tables whose prefill ring (the last row, v1 with 2 or more chunks per stage) has each k16 step its own wgmma
 # group (step_pipeline, both GEMMs; thirty-seventh and thirty-eighth sessions, H100, outputs bitwise equal): in four
 # same-run sweep rounds (profiling/results/moe_step_pipeline_sweep_h100_*.json) 1.4-3.3% less time for both prefill
@@ -231,7 +253,8 @@ AUTO_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_ov", "auto_cb", "auto_ns
 # control cell, T=1024, the same kernels in both arms, moved 4%). auto_sp0 is auto without it; auto_ns0, auto_gp0,
 # auto_ov and auto_cb (whose combining prefill down tile never ran with it) are without it too.
 STEP_PIPELINE_TABLES = ("auto", "auto_qa", "auto_down2wg", "auto_w64", "auto_dws", "auto_qk", "auto_ra0",
-                        "auto_cq", "auto_v1lo", "auto_v1cb")
+                        "auto_cq", "auto_v1lo", "auto_v1cb", "auto_pfd", "auto_pf", "auto_v1pf",
+                        "auto_gd")
 # The down GEMM's prefill tile from 2026-12-02 to 2026-12-05: ws with two 64-row weight tiles per consumer warpgroup
 # (half the activation re-reads from L2), 1 CTA/SM; in the same-run sweep of 2026-12-02
 # (profiling/results/moe_down_tiles_h200.json, L2 flushed) it took 7-11% less time than v1's TN=128 at T = 1024, 4096
@@ -440,6 +463,18 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     # session; slower than quantize_after, fifty-fourth): auto_cq's fused decode tiles, the TN=8, 16 and 32 rings (two
     # warpgroups: 12 CTAs per 30B token tile), stepped as auto runs them
     *(replace(stepped(tile), cluster_quant=True) for _, tile in TILE_TABLE[:3]),
+    # the weights prefetched into L2 ahead of the PDL wait (l2_prefetch, sixty-third session), as auto_pf runs its
+    # decode tiles: the down GEMM's direct tiles (the rest of K past the registers' chunks), the one-warpgroup TN=8 ring
+    # quantized afterwards and the TN=32 ring (past the ring's first stages); v1's TN=8 and TN=32 table rings with it (the
+    # GPU tests' "v1_pf" layer, under programmatic dependent launches)
+    replace(TILE_TABLE[0][1], l2_prefetch=True),
+    replace(TILE_TABLE[2][1], l2_prefetch=True),
+    replace(DOWN_DIRECT_TILE, l2_prefetch=True),
+    replace(DOWN_DIRECT_TN16_TILE, l2_prefetch=True),
+    # auto_gd's fused gate_up tile (sixty-third session): the down GEMM's direct tile, quantized afterwards
+    replace(DOWN_DIRECT_TILE, quantize_after=True),
+    replace(V1_ONE_WARPGROUP_DECODE_TILE, quantize_after=True, l2_prefetch=True),
+    replace(stepped(TILE_TABLE[2][1]), gather_pieces=True, quantize_after=True, l2_prefetch=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
@@ -531,6 +566,20 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         if kind != "down_routed" or tile.variant != "v1" or limit <= V1CB_ROWS:
             return table
         return ((V1CB_ROWS, replace(tile, fused_combine=True)),) + table
+    if variant in ("auto_pfd", "auto_pf", "auto_v1pf") and kind is not None:  # auto's / auto_v1lo's, prefetching
+        table = _unstepped_table("auto_v1lo" if variant == "auto_v1pf" else "auto", kind, k)
+        if variant == "auto_pfd" and kind != "down_routed":
+            return table
+        return tuple((limit, replace(tile, l2_prefetch=True)
+                      if tile.variant == "v1" and tile.tile_tokens <= L2_PREFETCH_MAX_TN else tile)
+                     for limit, tile in table)
+    if variant == "auto_gd" and kind is not None:  # auto's, a short-K gate_up's decode band on the direct tile
+        table = _unstepped_table("auto", kind, k)
+        if kind == "down_routed" or k is None or k > GATE_UP_DIRECT_MAX_K:
+            return table
+        direct = replace(DOWN_DIRECT_TILE, quantize_after=kind == "gate_up_swiglu")
+        return tuple((1 / 16, tile) if limit == 0.125 and tile.variant == "ws" else
+                     (limit, direct) if limit == 1.0 else (limit, tile) for limit, tile in table)
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))
@@ -732,6 +781,8 @@ def check_tile(tile: TileConfig, k: int) -> None:
     if tile.cluster_quant and (tile.variant != "v1" or tile.quantize_after or tile.row_amax):
         raise ValueError(f"cluster_quant is a v1 knob for the fused gate_up's in-kernel quantization, without "
                          f"quantize_after and row_amax: {tile}")
+    if tile.variant == "ws" and tile.l2_prefetch:
+        raise ValueError(f"l2_prefetch is a v1 knob: {tile}")
     if tile.variant == "ws" and tile.fused_combine:
         raise ValueError(f"fused_combine is a v1 knob (the ws down GEMM is followed by moe_combine): {tile}")
     if tile.variant == "ws" and tile.fused_min_blocks:
@@ -775,9 +826,9 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
     # v1's table tiles keep short names; other tilings (sweeps, ws) spell out every knob
     combine_top_k = shape.top_k if tile.fused_combine and kind == "down_routed" else 0
     bare = replace(tile, quantize_after=False, fused_combine=False, gather_pieces=False, row_amax=False,
-                   cluster_quant=False)
+                   cluster_quant=False, l2_prefetch=False)
     table_tile = any(bare == t for _, t in TILE_TABLE) and not tile.warpgroups and not combine_top_k and \
-        not gather_pieces and not row_amax and not cluster
+        not gather_pieces and not row_amax and not cluster and not tile.l2_prefetch
     if tile.variant == "ws":
         extra = {"ws": 1, "st": tile.stages, "mb": tile.min_blocks, "wg": nwg, "cps": tile.chunks_per_stage,
                  "ov": int(tile.overlap), **({"mt": tile.m_tiles} if tile.m_tiles > 1 else {}),
@@ -791,7 +842,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
                  **({"cb": combine_top_k} if combine_top_k else {}),
                  **({"ns": tile.n_step} if tile.n_step else {}), **({"gp": 1} if gather_pieces else {}),
                  **({"sp": 1} if tile.step_pipeline else {}), **({"ra": 1} if row_amax else {}),
-                 **({"cq": 1} if cluster else {})}
+                 **({"cq": 1} if cluster else {}), **({"l2p": 1} if tile.l2_prefetch else {})}
     name = kernel_name("moe_gemm", kind, "nvfp4",
                        dims={"e": shape.experts, "h": shape.hidden, "i": shape.intermediate, "tn": tile.tile_tokens,
                              **extra})
@@ -802,7 +853,7 @@ def gemm_spec(shape: "ModelShape | MoEDims", kind: str, tile: TileConfig) -> Ker
               "m_tiles": tile.m_tiles, "weights_direct": tile.weights_direct, "combine_top_k": combine_top_k,
               "n_step": tile.n_step, "gather_pieces": "true" if gather_pieces else "",
               "step_pipeline": "true" if tile.step_pipeline else "", "row_amax": "true" if row_amax else "",
-              "cluster": cluster,
+              "cluster": cluster, "l2_prefetch": "true" if tile.l2_prefetch else "",
               "async_epilogue": "true" if async_epilogue else "false", "smem_bytes": smem, "threads": threads,
               "description": description}
     launch = {"threads": threads, "smem_bytes": smem, "tile_tokens": tile.tile_tokens,
