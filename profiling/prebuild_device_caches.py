@@ -19,6 +19,8 @@ Sets:
   wide          the decode kernels run_gpu_checks_decode_wide.sh benchmarks at GQA 16 and 12 (mma4l and mma4l_c16)
   tuning        the MoE GEMMs of sweep_moe_gemm_tiles.py --tiles tuning at the other_shapes MoE shapes
                 (run_gpu_checks_moe_tuned_tables.sh)
+  moe_l2_prefetch  run_gpu_checks_moe_l2_prefetch.sh's MoE kernels (the l2_prefetch and auto_gd A/B tables and their
+                GPU tests' extra tiles; carried as .tkcache_pf)
   moe_cluster   run_gpu_checks_moe_cluster_quant.sh's MoE kernels (auto against auto_cq, the cluster_quant tiles;
                 75 in 297 s here, 5.9 MiB, fifty-third session)
   moe_tests     the MoE GPU tests' kernels and 235B's auto / auto_sp0 / auto_ra0 tables
@@ -139,9 +141,36 @@ def moe_cluster_specs() -> list:
     return list(specs.values())
 
 
+def moe_l2_prefetch_specs() -> list:
+    """run_gpu_checks_moe_l2_prefetch.sh's kernels: the auto, auto_pfd, auto_pf, auto_gd and auto_v1pf tables of
+    Qwen3-30B-A3B and Qwen3-235B-A22B (the layer A/Bs) and, for 30B, the GPU tests' extra tiles that prefetch
+    (l2_prefetch), combine (fused_combine) or run the direct tile quantized afterwards (auto_gd's gate_up), every call
+    kind as the ops launch them, with 30B's quantize and combine kernels (sixty-third session: 92 in about 5 min
+    here)."""
+    import moe_prebuild  # profiling/ is the script's folder
+    from trace_kernels import shapes
+    from trace_kernels.codegen.ops import moe_gemm as codegen, quantize
+    tables = ("auto", "auto_pfd", "auto_pf", "auto_gd", "auto_v1pf")
+    specs = moe_prebuild.kernel_specs(["qwen3-30b-a3b", "qwen3-235b-a22b"], tables, extras=False)
+    shape = shapes.resolve("qwen3-30b-a3b")
+    for tile in codegen.EXTRA_TILES:
+        if not (tile.l2_prefetch or tile.fused_combine or (tile.weights_direct and tile.quantize_after)):
+            continue
+        for kind in codegen.CALL_KINDS:
+            fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
+            try:
+                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
+            except ValueError:  # e.g. a resident activation tile larger than this K allows
+                continue
+            specs[spec.name] = spec
+    for spec in [*quantize.specs_for_shape(shape), codegen.combine_spec(shape)]:
+        specs[spec.name] = spec
+    return list(specs.values())
+
+
 SETS = {"kv": kv_specs, "engine": engine_specs, "memory": memory_specs, "other_shapes": other_shapes_specs,
         "wide": lambda: decode_specs(WIDE_DECODE_HEADS), "tuning": tuning_specs, "moe_tests": moe_test_specs,
-        "moe_cluster": moe_cluster_specs}
+        "moe_cluster": moe_cluster_specs, "moe_l2_prefetch": moe_l2_prefetch_specs}
 
 
 def keep_newest(root: Path) -> int:

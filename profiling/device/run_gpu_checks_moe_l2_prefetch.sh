@@ -11,11 +11,10 @@
 #      sweep of this session found 3-10% faster timed alone) at T = 2 .. 1024, in DIR/decode;
 #   3. the layer, T <= 2 (ws tiles in auto): auto against auto_v1pf (auto_v1lo's v1 tiles, prefetching), in DIR/band;
 #      both as two rounds with the arms' order reversed in the second, then two more while time is left (DIR/*2);
-#   4. the GPU tests of the prefetching tiles and the fused combine (PDL, CUDA-graph replay, batch invariance, fused
-#      combine), then memcheck on the v1_pf layer under PDL at T=8 and the fused combine at T=1.
-# Usage (repo root; carry .whl and .tkcache_pf, built here by
-#   prebuild_device_caches.py --cache .tkcache_pf moe_tests, then into the same cache
-#   moe_prebuild.py --tables auto,auto_pfd,auto_pf,auto_gd,auto_v1pf --no-extras qwen3-30b-a3b qwen3-235b-a22b):
+#   4. the GPU tests of the prefetching tiles and the fused combine (the v1_pf layer under PDL and replayed from a CUDA
+#      graph, the new tables' layer bits against auto's, the fused combine), then memcheck on the v1_pf layer under PDL
+#      at T=8 and the fused combine at T=1.
+# Usage (repo root; carry .whl and .tkcache_pf: python profiling/prebuild_device_caches.py --cache .tkcache_pf moe_l2_prefetch):
 #   OUT=$OUT [BUDGET=480] bash profiling/device/run_gpu_checks_moe_l2_prefetch.sh   -> $OUT/moe_l2_prefetch.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_l2_prefetch 480 .tkcache_pf
