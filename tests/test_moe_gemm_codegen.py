@@ -638,13 +638,13 @@ def test_l2_prefetch_knob_and_tables():
 
 def test_auto_gd_runs_a_short_k_gate_up_on_the_direct_tile():
     """auto_gd (A/B arm): a gate_up GEMM of K <= GATE_UP_DIRECT_MAX_K runs the down GEMM's direct tile (the fused one
-    quantized afterwards) from above 1/16 to 1 routed row per expert and ws only up to 1/16; the down GEMM, longer K
-    and the other bands as auto."""
+    quantized afterwards) from above 1/8 to 1 routed row per expert (auto's one-warpgroup v1 band); the ws band, the
+    down GEMM, longer K and the other bands as auto."""
     for k, n, kind in PRESET_GEMMS:
-        for rows in (8, 16, 32, 128, 129, 64 * 8, 4096 * 8):  # T = 1, 2, 4, 16, (just past 16), 64, 4096 at top-8
+        for rows in (8, 16, 17, 32, 128, 129, 64 * 8, 4096 * 8):  # T = 1, 2, (just past 2), 4, 16, (past 16), 64, 4096
             auto = codegen.tile_for_rows(rows, 128, "auto", k=k, kind=kind, n=n)
             tile = codegen.tile_for_rows(rows, 128, "auto_gd", k=k, kind=kind, n=n)
-            if kind != "down_routed" and k <= codegen.GATE_UP_DIRECT_MAX_K and 8 < rows <= 128:
+            if kind != "down_routed" and k <= codegen.GATE_UP_DIRECT_MAX_K and 16 < rows <= 128:
                 assert tile == dataclasses.replace(codegen.DOWN_DIRECT_TILE, quantize_after=kind == "gate_up_swiglu")
             else:
                 assert tile == auto

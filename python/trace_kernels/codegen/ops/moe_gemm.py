@@ -226,8 +226,8 @@ TILE_TABLES = {"auto": AUTO_TILE_TABLE, "v1": TILE_TABLE, "ws": WS_TILE_TABLE,
                # sixty-third session)
                "auto_pfd": AUTO_TILE_TABLE, "auto_pf": AUTO_TILE_TABLE, "auto_v1pf": AUTO_TILE_TABLE,
                # "auto" with the gate_up GEMMs of a short K (GATE_UP_DIRECT_MAX_K: 30B's 2048) on the down GEMM's direct
-               # tile from above 1/16 routed row per expert to 1 (T = 2 to 8 at top-8 of 128 experts), the fused one
-               # quantized afterwards (A/B runs, sixty-third session)
+               # tile from above 1/8 routed row per expert to 1 (T = 3 to 16 at top-8 of 128 experts), the fused one
+               # quantized afterwards (A/B runs, sixty-third session; the candidate for auto, GATE_UP_DIRECT_MAX_K)
                "auto_gd": AUTO_TILE_TABLE}
 # auto_v1cb's band of down tiles that combine in their epilogue (routed rows per expert)
 V1CB_ROWS = 0.25
@@ -237,7 +237,10 @@ L2_PREFETCH_MAX_TN = 32
 # auto_gd's gate_up K bound: DOWN_DIRECT_TILE keeps TN x K x 2 bytes of activations resident (32 KB at K = 2048). In the
 # sweep of the sixty-third session (an H100, profiling/results/moe_ws_band_sweep_h100_30b.json, fused gate_up timed
 # alone) it took 30B's fused gate_up 0.0205 ms at T=2 (ws 0.0212) and 0.0284-0.0289 at T=4, where auto's ring took
-# 0.0320 in the layer; at 235B's K = 4096 it was the slowest tile (T=4: 0.119-0.122 against 0.097-0.101 ms).
+# 0.0320 in the layer; at 235B's K = 4096 it was the slowest tile (T=4: 0.119-0.122 against 0.097-0.101 ms). In four
+# layer rounds on the same H100 (profiling/results/moe_l2_prefetch_h100_decode_round{1..4}.json) the 30B layer took
+# 6.3-8.0% less at T=4 and 2.2-2.9% less at T=16, -1.5% to +0.5% at T=8; at T=2, where the arm then ran the tile
+# instead of ws, 0.2-1.2% more, so the band starts above 1/8 routed row per expert as auto's v1 band does.
 GATE_UP_DIRECT_MAX_K = 2048
 # The tables behind "auto" and its A/B variants: per-kind tables, the ws -> v1 fallback and, all but auto_ns0 (auto
 # before n_step), v1 ring tiles whose wgmma width follows the rows (stepped)
@@ -578,8 +581,7 @@ def _unstepped_table(variant: str, kind: str | None, k: int | None) -> tuple[tup
         if kind == "down_routed" or k is None or k > GATE_UP_DIRECT_MAX_K:
             return table
         direct = replace(DOWN_DIRECT_TILE, quantize_after=kind == "gate_up_swiglu")
-        return tuple((1 / 16, tile) if limit == 0.125 and tile.variant == "ws" else
-                     (limit, direct) if limit == 1.0 else (limit, tile) for limit, tile in table)
+        return tuple((limit, direct) if limit == 1.0 else (limit, tile) for limit, tile in table)
     if variant == "auto_cb" and kind is not None:  # auto's tables, the down GEMM's v1 tiles combining
         return tuple((limit, replace(tile, fused_combine=tile.variant == "v1" and kind == "down_routed"))
                      for limit, tile in _unstepped_table("auto", kind, k))

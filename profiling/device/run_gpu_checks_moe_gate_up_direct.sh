@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Issue 4: the checks `auto_gd` needs before it can be `auto` (sixty-third session). auto_gd is auto with a gate_up GEMM
+# of K <= 2048 (30B's) on the down GEMM's direct tile from above 1/8 to 1 routed row per expert (T = 3 to 16 at top-8 of
+# 128 experts); on an H100 its 30B layer took 6.3-8.0% less at T=4 and 2.2-2.9% less at T=16 (docs/moe_gemm.md,
+# "2026-12-07 (sixty-third session)"). In one call:
+#   1. the carried cache checked (the A/B tables of 30B and 235B; builds what is missing);
+#   2. the layer, auto against auto_gd at T = 2, 4, 8, 16, 32 (T=2 and 32: the same kernels, controls), two rounds with
+#      the arms' order reversed in the second, then two more while time is left at the end;
+#   3. with TRACE_KERNELS_MOE_VARIANT=auto_gd, so that every call without tile= runs the candidate: the MoE GPU tests,
+#      the RL layer's GPU tests (the rollout engine's MoE layers on it), then memcheck and racecheck on the tiny layer
+#      over every tiling (the direct tile quantized afterwards among the extra tiles).
+# Usage (repo root; carry .whl and .tkcache_gd: TRACE_KERNELS_MOE_VARIANT=auto_gd python
+#   profiling/prebuild_device_caches.py --cache .tkcache_gd moe_tests engine):
+#   OUT=$OUT [BUDGET=540] bash profiling/device/run_gpu_checks_moe_gate_up_direct.sh   -> $OUT/moe_gate_up_direct.tar
+set -uo pipefail
+source profiling/device/gpu_env.sh --call moe_gate_up_direct 540 .tkcache_gd
+head -2 "$DIR/machine.log"
+moe_build 90 "$DIR/build.log" --tables auto,auto_gd --no-extras qwen3-30b-a3b qwen3-235b-a22b
+mkdir -p "$DIR/ab" "$DIR/ab2"
+layer_ab_swapped "$DIR/ab" 60 300 auto,auto_gd --tokens 2,4,8,16,32
+export TRACE_KERNELS_MOE_VARIANT=auto_gd  # the tests' and the engine's default table
+moe_and_rl_checks "$DIR" 100 70
+unset TRACE_KERNELS_MOE_VARIANT
+layer_ab_swapped "$DIR/ab2" 60 40 auto,auto_gd --tokens 2,4,8,16,32
+echo "== done ($(left)s left)"
