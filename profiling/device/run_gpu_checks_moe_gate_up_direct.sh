@@ -6,18 +6,22 @@
 #   1. the carried cache checked (the A/B tables of 30B and 235B; builds what is missing);
 #   2. the layer, auto against auto_gd at T = 2, 4, 8, 16, 32 (T=2 and 32: the same kernels, controls), two rounds with
 #      the arms' order reversed in the second, then two more while time is left at the end;
+#   2b. the ws band on the H200 (Next steps 10): auto against auto_v1lo and auto_v1cb at T = 1, 2, 4, two rounds (on an
+#      H100, v1's tiles lost T=1 and won 235B T=2);
 #   3. with TRACE_KERNELS_MOE_VARIANT=auto_gd, so that every call without tile= runs the candidate: the MoE GPU tests,
 #      the RL layer's GPU tests (the rollout engine's MoE layers on it), then memcheck and racecheck on the tiny layer
 #      over every tiling (the direct tile quantized afterwards among the extra tiles).
 # Usage (repo root; carry .whl and .tkcache_gd: TRACE_KERNELS_MOE_VARIANT=auto_gd python
-#   profiling/prebuild_device_caches.py --cache .tkcache_gd moe_tests engine):
+#   profiling/prebuild_device_caches.py --cache .tkcache_gd moe_tests engine, then into it TRACE_KERNELS_CACHE_DIR=.tkcache_gd
+#   python profiling/moe_prebuild.py --tables auto_v1lo,auto_v1cb --no-extras qwen3-235b-a22b):
 #   OUT=$OUT [BUDGET=540] bash profiling/device/run_gpu_checks_moe_gate_up_direct.sh   -> $OUT/moe_gate_up_direct.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_gate_up_direct 540 .tkcache_gd
 head -2 "$DIR/machine.log"
-moe_build 90 "$DIR/build.log" --tables auto,auto_gd --no-extras qwen3-30b-a3b qwen3-235b-a22b
-mkdir -p "$DIR/ab" "$DIR/ab2"
+moe_build 90 "$DIR/build.log" --tables auto,auto_gd,auto_v1lo,auto_v1cb --no-extras qwen3-30b-a3b qwen3-235b-a22b
+mkdir -p "$DIR/ab" "$DIR/band" "$DIR/ab2"
 layer_ab_swapped "$DIR/ab" 60 300 auto,auto_gd --tokens 2,4,8,16,32
+layer_ab_swapped "$DIR/band" 45 280 auto,auto_v1lo,auto_v1cb --tokens 1,2,4
 export TRACE_KERNELS_MOE_VARIANT=auto_gd  # the tests' and the engine's default table
 moe_and_rl_checks "$DIR" 100 70
 unset TRACE_KERNELS_MOE_VARIANT
