@@ -98,6 +98,8 @@ class TileConfig:
     # prefetch its weight chunks past those the prologue requested into L2 (cp.async.bulk.prefetch.L2, one instruction
     # per array): a down GEMM whose CTAs get resident during the gate_up's main loop then streams its weights from L2.
     # A/B tables "auto_pfd" (auto's down decode tiles), "auto_pf" (both GEMMs' decode tiles), "auto_v1pf" (auto_v1lo's).
+    # On an H100 (sixty-third session, profiling/results/moe_l2_prefetch_h100_*.json) every arm was slower than auto,
+    # 1-10% (down only) to 6-41% (both GEMMs), so no auto table uses it.
     l2_prefetch: bool = False
 
 
