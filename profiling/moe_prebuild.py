@@ -23,6 +23,24 @@ from trace_kernels.jit import compiler
 EXTRA_TILES = codegen.EXTRA_TILES
 
 
+def launched_specs(shape, tiles, label: str | None = None) -> dict:
+    """{name: spec} of each tile's kernels for every call kind, as the ops launch them (fit_chunks, launched_kind); a
+    tile a kind cannot take (e.g. a resident activation tile larger than its K allows) is skipped, and named when a
+    label is given."""
+    specs = {}
+    for tile in tiles:
+        for kind in codegen.CALL_KINDS:
+            fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])
+            try:
+                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
+            except ValueError as exc:
+                if label is not None:
+                    print(f"skip {label} {kind} {fitted}: {exc}")
+                continue
+            specs[spec.name] = spec
+    return specs
+
+
 def kernel_specs(presets: list[str], tables: tuple[str, ...], extras: bool = True, tiles: str = "") -> dict:
     """{name: spec} of the MoE kernels main() builds (the GPU tests' set with extras and `tiny`); also
     prebuild_device_caches.py's `moe_tests` set."""
@@ -44,15 +62,7 @@ def kernel_specs(presets: list[str], tables: tuple[str, ...], extras: bool = Tru
                     print(f"skip {name} {kind} {tile}: {exc}")
                     continue
                 specs[spec.name] = spec
-        for tile in EXTRA_TILES if extras else ():
-            for kind in codegen.CALL_KINDS:
-                fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
-                try:
-                    spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
-                except ValueError as exc:  # e.g. a resident activation tile larger than this K allows
-                    print(f"skip {name} {kind} {fitted}: {exc}")
-                    continue
-                specs[spec.name] = spec
+        specs.update(launched_specs(shape, EXTRA_TILES if extras else (), name))
     if extras and "tiny" in presets:
         from trace_kernels.moe_testing import ODD_CHUNKS_SHAPE as odd  # (imports torch)
         for spec in codegen.specs_for_shape(odd, ("auto",)) + quantize.specs_for_shape(odd):

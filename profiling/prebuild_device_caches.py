@@ -133,11 +133,7 @@ def moe_cluster_specs() -> list:
     last_cta = replace(clustered[0], cluster_quant=False)
     for shape, tiles in ((shapes.resolve("tiny"), clustered + twins + [last_cta]),
                          (shapes.resolve("qwen3-30b-a3b"), clustered + twins)):
-        for tile in tiles:
-            for kind in codegen.CALL_KINDS:
-                fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
-                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
-                specs[spec.name] = spec
+        specs.update(moe_prebuild.launched_specs(shape, tiles))
     return list(specs.values())
 
 
@@ -153,16 +149,8 @@ def moe_l2_prefetch_specs() -> list:
     tables = ("auto", "auto_pfd", "auto_pf", "auto_gd", "auto_v1pf")
     specs = moe_prebuild.kernel_specs(["qwen3-30b-a3b", "qwen3-235b-a22b"], tables, extras=False)
     shape = shapes.resolve("qwen3-30b-a3b")
-    for tile in codegen.EXTRA_TILES:
-        if not (tile.l2_prefetch or tile.fused_combine or (tile.weights_direct and tile.quantize_after)):
-            continue
-        for kind in codegen.CALL_KINDS:
-            fitted = codegen.fit_chunks(tile, codegen.gemm_dims(shape, kind)[1])  # as the op launches it
-            try:
-                spec = codegen.gemm_spec(shape, codegen.launched_kind(kind, fitted), fitted)
-            except ValueError:  # e.g. a resident activation tile larger than this K allows
-                continue
-            specs[spec.name] = spec
+    specs.update(moe_prebuild.launched_specs(shape, [
+        t for t in codegen.EXTRA_TILES if t.l2_prefetch or t.fused_combine or (t.weights_direct and t.quantize_after)]))
     for spec in [*quantize.specs_for_shape(shape), codegen.combine_spec(shape)]:
         specs[spec.name] = spec
     return list(specs.values())

@@ -476,10 +476,10 @@ EXTRA_TILES: tuple[TileConfig, ...] = (
     replace(TILE_TABLE[2][1], l2_prefetch=True),
     replace(DOWN_DIRECT_TILE, l2_prefetch=True),
     replace(DOWN_DIRECT_TN16_TILE, l2_prefetch=True),
-    # auto_gd's fused gate_up tile (sixty-third session): the down GEMM's direct tile, quantized afterwards
-    replace(DOWN_DIRECT_TILE, quantize_after=True),
     replace(V1_ONE_WARPGROUP_DECODE_TILE, quantize_after=True, l2_prefetch=True),
     replace(stepped(TILE_TABLE[2][1]), gather_pieces=True, quantize_after=True, l2_prefetch=True),
+    # auto_gd's fused gate_up tile (sixty-third session): the down GEMM's direct tile, quantized afterwards
+    replace(DOWN_DIRECT_TILE, quantize_after=True),
 )
 
 # kind -> (epilogue enum, description). N/K come from the shape: gate_up is [2I, H], down is [H, I].
