@@ -22,7 +22,7 @@ source profiling/device/gpu_env.sh --call moe_gate_up_direct 540 .tkcache_gd
 head -2 "$DIR/machine.log"
 moe_build 90 "$DIR/build.log" --tables auto,auto_gd,auto_v1lo,auto_v1cb --no-extras qwen3-30b-a3b qwen3-235b-a22b
 mkdir -p "$DIR/ab" "$DIR/band" "$DIR/ab2"
-capped() { local n=$(( $(left) - 10 )); echo $(( n < $1 ? n : $1 )); }  # at most $1 s, within BUDGET
+capped() { local n=$(( $(left) - 10 )); n=$(( n < $1 ? n : $1 )); echo $(( n > 1 ? n : 1 )); }  # at most $1 s, within BUDGET
 export TRACE_KERNELS_MOE_VARIANT=auto_gd  # the tests' and the engine's default table
 gpu_tests "$(capped 100)" "$DIR/moe_gpu_tests.log" tests/gpu/test_moe_gemm.py
 gpu_tests "$(capped 90)" "$DIR/rl_gpu_tests.log" -m gpu tests/rl
