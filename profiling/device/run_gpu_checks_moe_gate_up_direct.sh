@@ -12,7 +12,10 @@
 #   3. the layer, auto against auto_gd at T = 2, 4, 8, 16, 32 (T=2 and 32: the same kernels, controls), two rounds with
 #      the arms' order reversed in the second;
 #   4. the ws band (Next steps 10): auto against auto_v1lo and auto_v1cb at T = 1, 2, 4, two rounds (on an H100, v1's
-#      tiles lost T=1 and won 235B T=2), then two more rounds of 3 while time is left.
+#      tiles lost T=1 and won 235B T=2);
+#   5. while time is left: Nsight Compute on the candidate's fused gate_up at 30B T=4 (its Occupancy section: does the
+#      driver's carveout give it the 6 CTAs/SM its shared memory allows?), the sanitizers on the tiny layer over every
+#      tiling, and two more rounds of 3.
 # Usage (repo root; carry .whl and .tkcache_gd: TRACE_KERNELS_MOE_VARIANT=auto_gd python
 #   profiling/prebuild_device_caches.py --cache .tkcache_gd moe_tests engine, then into it TRACE_KERNELS_CACHE_DIR=.tkcache_gd
 #   python profiling/moe_prebuild.py --tables auto_v1lo,auto_v1cb --no-extras qwen3-235b-a22b):
@@ -34,6 +37,8 @@ unset TRACE_KERNELS_MOE_VARIANT
 layer_ab_swapped "$DIR/ab" 60 40 auto,auto_gd --tokens 2,4,8,16,32
 layer_ab_swapped "$DIR/band" 45 35 auto,auto_v1lo,auto_v1cb --tokens 1,2,4
 export TRACE_KERNELS_MOE_VARIANT=auto_gd
+[ "$(left)" -gt 80 ] && ncu_report "$DIR/ncu_gate_up_direct_t4" 60 "moe_gemm_gate_up_swiglu_h_.*_wd3_" \
+  python3 profiling/moe_gemm_ncu_case.py --shape qwen3-30b-a3b --tokens 4 --repeat 1 --auto-tiles
 moe_sanitizers_left "$DIR" 50
 unset TRACE_KERNELS_MOE_VARIANT
 layer_ab_swapped "$DIR/ab2" 60 40 auto,auto_gd --tokens 2,4,8,16,32
