@@ -17,7 +17,8 @@
 #      tiling, and step 3's two rounds again.
 # Usage (repo root; carry .whl and .tkcache_gd: TRACE_KERNELS_MOE_VARIANT=auto_gd python
 #   profiling/prebuild_device_caches.py --cache .tkcache_gd moe_tests engine, then into it
-#   TRACE_KERNELS_CACHE_DIR=.tkcache_gd python profiling/moe_prebuild.py --tables auto_v1lo,auto_v1cb --no-extras qwen3-235b-a22b):
+#   TRACE_KERNELS_CACHE_DIR=.tkcache_gd python profiling/moe_prebuild.py --tables auto_v1lo,auto_v1cb --no-extras
+#   qwen3-235b-a22b):
 #   OUT=$OUT [BUDGET=540] bash profiling/device/run_gpu_checks_moe_gate_up_direct.sh   -> $OUT/moe_gate_up_direct.tar
 set -uo pipefail
 source profiling/device/gpu_env.sh --call moe_gate_up_direct 540 .tkcache_gd
